@@ -1,0 +1,87 @@
+# Two commands do everything on a fresh machine (see README.md):
+#   make book   - build the static site into _build/html
+#   make test   - run every check CI runs
+# Both create .venv and install the pinned requirements first when needed.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+MATHJAX := book/_vendor/site/_vendor/mathjax/tex-chtml.js
+NB ?=
+# The kernels nbval starts must not use the Agg backend, nor warn about frozen modules.
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+unexport MPLBACKEND
+
+.PHONY: help setup book test lint unit notebooks check-notebooks nbval site-build browser bench clean
+
+help:
+	@echo "make book        build the site into _build/html (sets up .venv first)"
+	@echo "make test        run every test: lint, unit, notebooks, nbval, strict build, browser"
+	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
+	@echo "make lab         open the book in JupyterLab"
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# MathJax comes from the npm registry at set-up time and is served by the site itself.
+$(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
+	cd book/_vendor && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	rm -rf book/_vendor/site && mkdir -p book/_vendor/site/_vendor
+	cp -r book/_vendor/node_modules/mathjax/es5 book/_vendor/site/_vendor/mathjax
+	touch $(MATHJAX)
+
+setup: $(STAMP) $(MATHJAX)
+
+book: setup site-build
+	@echo "site: _build/html/index.html"
+
+# Strict build: any warning (broken reference, missing figure, ...) fails it.
+site-build: setup
+	rm -rf _build/html _build/.doctrees
+	$(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
+
+lint: setup
+	$(BIN)/ruff check mha tests book/notebooks book/_ext
+
+unit: setup
+	$(PY) -m pytest tests -m "not browser" --cov=mha --cov-report=term
+
+check-notebooks: setup
+	$(PY) tests/nbtools.py check
+
+nbval: setup
+	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		book/notebooks
+
+browser: setup
+	$(PY) -m pytest tests -m browser
+
+test: setup
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory site-build
+	$(MAKE) --no-print-directory browser
+	@echo "make test: every check passed"
+
+notebooks: setup
+	$(PY) tests/nbtools.py regen $(NB)
+
+lab: setup
+	$(BIN)/jupyter lab book
+
+bench: setup
+	$(PY) -m mha.bench
+
+clean:
+	rm -rf _build book/_vendor/site book/_vendor/node_modules

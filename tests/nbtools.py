@@ -1,0 +1,244 @@
+"""Book maintenance: regenerate the chapter notebooks and check them against their sources.
+
+Each chapter has two files:
+
+* ``book/chapters/NN_slug.md`` -- the jupytext MyST source people edit and review;
+* ``book/notebooks/NN_slug.ipynb`` -- the same cells with stored outputs, which the
+  site renders and nbval re-runs.
+
+``python tests/nbtools.py regen [NAME ...]`` rebuilds notebooks from their sources
+with fresh outputs. Cell ids are kept where a cell is unchanged, new ids are derived
+from the cell's content, and no timestamps are written, so regenerating twice from
+unchanged sources gives byte-identical files.
+
+``python tests/nbtools.py check`` lists every disagreement between sources and
+notebooks (the same checks ``tests/test_notebooks.py`` runs) and exits non-zero if
+there is any.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "book" / "chapters"
+NOTEBOOKS = ROOT / "book" / "notebooks"
+
+# Cell metadata that execution adds; everything else must match the source.
+EXECUTION_METADATA = {"execution", "collapsed", "scrolled"}
+IMAGE_TYPES = ("image/svg+xml", "image/png", "image/jpeg", "image/gif")
+
+
+def kernel_env() -> dict[str, str]:
+    """Environment for the kernels that run chapters (here and under nbval)."""
+    env = dict(os.environ)
+    # Inline figures vanish under the Agg backend (see PITFALLS.md).
+    env.pop("MPLBACKEND", None)
+    # Silences the debugger's "frozen modules" warning, which would land in stderr.
+    env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    return env
+
+
+def sources(chapters: Path = CHAPTERS) -> dict[str, Path]:
+    return {p.stem: p for p in sorted(chapters.glob("*.md"))}
+
+
+def notebooks(folder: Path = NOTEBOOKS) -> dict[str, Path]:
+    return {p.stem: p for p in sorted(folder.glob("*.ipynb"))}
+
+
+def _source_text(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _comparable_metadata(cell) -> dict:
+    return {k: v for k, v in cell.get("metadata", {}).items() if k not in EXECUTION_METADATA}
+
+
+def _content_id(cell, taken: set[str]) -> str:
+    digest = hashlib.sha1(
+        (cell["cell_type"] + "\0" + _source_text(cell)).encode("utf-8")
+    ).hexdigest()
+    for start in range(0, len(digest) - 8):
+        candidate = digest[start : start + 8]
+        if candidate not in taken:
+            return candidate
+    raise RuntimeError("could not find a free cell id")  # pragma: no cover
+
+
+def assign_ids(new_nb, old_nb=None) -> None:
+    """Give ``new_nb``'s cells stable ids: reuse the old id of an unchanged cell."""
+    old_cells = old_nb.cells if old_nb is not None else []
+    key = [(c["cell_type"], _source_text(c)) for c in old_cells]
+    new_key = [(c["cell_type"], _source_text(c)) for c in new_nb.cells]
+    ids: list[str | None] = [None] * len(new_nb.cells)
+    matcher = difflib.SequenceMatcher(a=key, b=new_key, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for offset in range(block.size):
+            old_id = old_cells[block.a + offset].get("id")
+            if old_id:
+                ids[block.b + offset] = old_id
+    taken = {i for i in ids if i}
+    for index, cell in enumerate(new_nb.cells):
+        if ids[index] is None:
+            ids[index] = _content_id(cell, taken)
+            taken.add(ids[index])
+        cell["id"] = ids[index]
+
+
+def clean(nb) -> None:
+    """Drop what changes from run to run: timestamps and machine details."""
+    for cell in nb.cells:
+        for key in EXECUTION_METADATA & set(cell.get("metadata", {})):
+            del cell["metadata"][key]
+    info = nb.metadata.get("language_info")
+    if info is not None:
+        info.pop("version", None)
+
+
+def regenerate(
+    name: str, chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS, timeout: int = 900
+) -> Path:
+    """Rebuild ``<folder>/<name>.ipynb`` from ``<chapters>/<name>.md``, with fresh outputs."""
+    from nbclient import NotebookClient
+
+    source = chapters / f"{name}.md"
+    if not source.exists():
+        raise FileNotFoundError(f"no chapter source {source}")
+    target = folder / f"{name}.ipynb"
+    nb = jupytext.read(source)
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    old = nbformat.read(target, as_version=4) if target.exists() else None
+    assign_ids(nb, old)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(folder)}},
+    )
+    # Keyword arguments of execute() reach the kernel manager: the kernel gets this env.
+    client.execute(env=kernel_env())
+    clean(nb)
+    nbformat.validate(nb)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def image_outputs(cell) -> list[str]:
+    return [
+        mime
+        for out in cell.get("outputs", [])
+        for mime in out.get("data", {})
+        if mime in IMAGE_TYPES
+    ]
+
+
+def has_alt_text(cell) -> bool:
+    opts = cell.get("metadata", {}).get("mystnb", {})
+    alt = opts.get("image", {}).get("alt") or opts.get("figure", {}).get("caption")
+    return bool(alt and str(alt).strip())
+
+
+def problems(chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS) -> list[str]:
+    """Every way the sources and notebooks disagree, one readable line each."""
+    found: list[str] = []
+    srcs, nbs = sources(chapters), notebooks(folder)
+    for name in sorted(set(srcs) - set(nbs)):
+        found.append(f"{srcs[name].name}: source has no notebook {name}.ipynb (run make notebooks)")
+    for name in sorted(set(nbs) - set(srcs)):
+        found.append(f"{nbs[name].name}: notebook has no source {name}.md")
+    for name in sorted(set(srcs) & set(nbs)):
+        found.extend(_pair_problems(srcs[name], nbs[name]))
+    return found
+
+
+def _pair_problems(source: Path, notebook: Path) -> list[str]:
+    where = notebook.name
+    try:
+        expected = jupytext.read(source).cells
+        stored = nbformat.read(notebook, as_version=4).cells
+    except Exception as exc:  # unreadable file: report, don't crash the whole check
+        return [f"{where}: cannot be read ({exc})"]
+    found = []
+    if len(expected) != len(stored):
+        found.append(
+            f"{where}: {len(stored)} cells, but {source.name} has {len(expected)} "
+            "(edited without regenerating? run make notebooks)"
+        )
+    for index, (want, have) in enumerate(zip(expected, stored, strict=False)):
+        cell = f"{where} cell {index}"
+        if want["cell_type"] != have["cell_type"]:
+            found.append(
+                f"{cell}: type {have['cell_type']} in notebook, {want['cell_type']} in source"
+            )
+            continue
+        if _source_text(want) != _source_text(have):
+            diff = difflib.unified_diff(
+                _source_text(want).splitlines(), _source_text(have).splitlines(),
+                "source", "notebook", lineterm="", n=0,
+            )
+            found.append(f"{cell}: source differs from {source.name}:\n  " + "\n  ".join(diff))
+        if _comparable_metadata(want) != _comparable_metadata(have):
+            found.append(
+                f"{cell}: metadata (tags, options) {_comparable_metadata(have)} in notebook, "
+                f"{_comparable_metadata(want)} in source"
+            )
+    for index, cell in enumerate(stored):
+        found.extend(_output_problems(f"{where} cell {index}", cell))
+    return found
+
+
+def _output_problems(where: str, cell) -> list[str]:
+    if cell["cell_type"] != "code" or not _source_text(cell).strip():
+        return []
+    found = []
+    tags = cell.get("metadata", {}).get("tags", [])
+    if cell.get("execution_count") is None:
+        found.append(f"{where}: never executed, so nbval would silently skip it")
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error" and "raises-exception" not in tags:
+            found.append(f"{where}: stored error {out.get('ename')}: {out.get('evalue')}")
+        if out.get("output_type") == "stream" and out.get("name") == "stderr":
+            first = "".join(out.get("text", "")).strip().splitlines()[:1]
+            found.append(f"{where}: stored stderr output {first}")
+    images = image_outputs(cell)
+    if any(mime != "image/svg+xml" for mime in images):
+        found.append(
+            f"{where}: raster image output {images}; figures must be SVG so nbval "
+            "compares them (call mha.notebook.setup_figures())"
+        )
+    if images and not has_alt_text(cell):
+        found.append(f"{where}: figure without alt text (mystnb: image: alt: or figure: caption:)")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"regen", "check"}:
+        print(__doc__)
+        return 2
+    if argv[0] == "regen":
+        names = argv[1:] or sorted(sources())
+        for name in names:
+            path = regenerate(name)
+            print(f"regenerated {path.relative_to(ROOT)}", flush=True)
+        return 0
+    found = problems()
+    for line in found:
+        print(line)
+    print(f"{len(found)} problem(s) in {len(sources())} chapter(s)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

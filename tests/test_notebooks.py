@@ -1,0 +1,285 @@
+"""The chapters' sources and notebooks agree, and the pipeline's checks really fail.
+
+The first tests check the real book. The others run each check on a temporary copy
+that was broken on purpose (an edited number, an edited source, a swapped figure, a
+changed drawing function, a broken cross-reference) and expect a failure that names
+the place.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import nbtools
+import pytest
+
+ROOT = nbtools.ROOT
+PY = sys.executable
+
+HEADER = """\
+---
+jupytext:
+  formats: chapters//md:myst,notebooks//ipynb
+  text_representation:
+    extension: .md
+    format_name: myst
+    format_version: 0.13
+    jupytext_version: 1.19.6
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+"""
+
+# A small chapter with a printed number and a figure drawn by a helper module that
+# sits next to the notebook, so a test can change the "drawing function".
+FIXTURE = HEADER + textwrap.dedent(
+    """
+    # Fixture
+
+    Some text.
+
+    ```{code-cell} ipython3
+    import numpy as np
+    from mha.notebook import setup_figures, setup_printing
+
+    import figmod
+
+    setup_printing()
+    setup_figures()
+    print(np.array([0.5, 0.25]) * 2)
+    ```
+
+    ```{code-cell} ipython3
+    ---
+    mystnb:
+      image:
+        alt: A line.
+    ---
+    figmod.draw()
+    ```
+    """
+)
+
+FIGMOD = textwrap.dedent(
+    """
+    import matplotlib.pyplot as plt
+
+    COLOR = "tab:blue"
+
+
+    def draw():
+        fig, ax = plt.subplots(figsize=(2, 1))
+        ax.plot([0, 1], [0, 1], color=COLOR)
+        plt.show()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fixture_book(tmp_path_factory) -> Path:
+    """A tiny book/ folder with one regenerated chapter (runs a kernel once)."""
+    book = tmp_path_factory.mktemp("book")
+    (book / "chapters").mkdir()
+    (book / "notebooks").mkdir()
+    (book / "chapters" / "01_fixture.md").write_text(FIXTURE)
+    (book / "notebooks" / "figmod.py").write_text(FIGMOD)
+    nbtools.regenerate("01_fixture", book / "chapters", book / "notebooks")
+    return book
+
+
+def copy_book(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def read_nb(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def write_nb(nb, path: Path) -> None:
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+# --- the real book ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(nbtools.sources()))
+def test_chapter_matches_its_notebook(name):
+    found = nbtools.problems()
+    mine = [line for line in found if line.startswith((f"{name}.md", f"{name}.ipynb"))]
+    assert not mine, "\n".join(mine)
+
+
+def test_no_orphan_notebooks_or_sources():
+    srcs, nbs = set(nbtools.sources()), set(nbtools.notebooks())
+    assert srcs == nbs, f"only a source: {srcs - nbs}; only a notebook: {nbs - srcs}"
+    assert srcs, "no chapters found under book/chapters"
+
+
+def test_toc_names_every_notebook():
+    toc = (ROOT / "_toc.yml").read_text()
+    for name in nbtools.notebooks():
+        assert f"book/notebooks/{name}" in toc, f"{name} is not in _toc.yml"
+
+
+# --- the checks fail on broken copies ------------------------------------------------
+
+
+def test_fixture_is_clean(fixture_book):
+    assert nbtools.problems(fixture_book / "chapters", fixture_book / "notebooks") == []
+
+
+def test_regenerate_is_byte_identical_and_keeps_ids(fixture_book, tmp_path):
+    book = copy_book(fixture_book, tmp_path / "book")
+    nb_path = book / "notebooks" / "01_fixture.ipynb"
+    before = nb_path.read_bytes()
+    nbtools.regenerate("01_fixture", book / "chapters", book / "notebooks")
+    assert nb_path.read_bytes() == before, "regenerating an unchanged source changed the file"
+    old_ids = [c["id"] for c in read_nb(nb_path).cells]
+    src = book / "chapters" / "01_fixture.md"
+    src.write_text(src.read_text().replace("Some text.", "Some text.\n\n+++\n\nA new cell."))
+    nbtools.regenerate("01_fixture", book / "chapters", book / "notebooks")
+    new_ids = [c["id"] for c in read_nb(nb_path).cells]
+    assert len(new_ids) == len(old_ids) + 1
+    assert set(old_ids) <= set(new_ids), "unchanged cells lost their ids"
+    text = nb_path.read_text()
+    assert '"execution":' not in text and "iopub." not in text, "timestamps were written"
+
+
+def test_edited_source_is_reported(fixture_book, tmp_path):
+    book = copy_book(fixture_book, tmp_path / "book")
+    src = book / "chapters" / "01_fixture.md"
+    src.write_text(src.read_text().replace("* 2)", "* 3)"))
+    found = nbtools.problems(book / "chapters", book / "notebooks")
+    assert any("01_fixture.ipynb cell 1: source differs" in line for line in found), found
+
+
+def test_changed_tags_are_reported(fixture_book, tmp_path):
+    book = copy_book(fixture_book, tmp_path / "book")
+    nb_path = book / "notebooks" / "01_fixture.ipynb"
+    nb = read_nb(nb_path)
+    nb.cells[1].metadata["tags"] = ["hide-input"]
+    write_nb(nb, nb_path)
+    found = nbtools.problems(book / "chapters", book / "notebooks")
+    assert any("cell 1: metadata" in line for line in found), found
+
+
+def test_missing_partner_is_reported(fixture_book, tmp_path):
+    book = copy_book(fixture_book, tmp_path / "book")
+    (book / "chapters" / "02_extra.md").write_text(FIXTURE)
+    shutil.copy(book / "notebooks" / "01_fixture.ipynb", book / "notebooks" / "03_lone.ipynb")
+    found = nbtools.problems(book / "chapters", book / "notebooks")
+    assert any(line.startswith("02_extra.md: source has no notebook") for line in found)
+    assert any(line.startswith("03_lone.ipynb: notebook has no source") for line in found)
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("unexecuted", "cell 1: never executed"),
+        ("error", "cell 1: stored error ValueError"),
+        ("stderr", "cell 1: stored stderr output"),
+        ("png", "cell 2: raster image output"),
+        ("no-alt", "cell 2: figure without alt text"),
+    ],
+)
+def test_bad_outputs_are_reported(fixture_book, tmp_path, breakage, message):
+    book = copy_book(fixture_book, tmp_path / "book")
+    nb_path = book / "notebooks" / "01_fixture.ipynb"
+    nb = read_nb(nb_path)
+    code, fig = nb.cells[1], nb.cells[2]
+    if breakage == "unexecuted":
+        code.execution_count = None
+    elif breakage == "error":
+        code.outputs.append(nbformat.v4.new_output("error", ename="ValueError", evalue="x"))
+    elif breakage == "stderr":
+        code.outputs.append(nbformat.v4.new_output("stream", name="stderr", text="warn\n"))
+    elif breakage == "png":
+        fig.outputs[0]["data"]["image/png"] = "iVBORw0KGgo="
+    elif breakage == "no-alt":
+        del fig.metadata["mystnb"]
+    write_nb(nb, nb_path)
+    # Keep the source in step, so only the output problem is reported.
+    (book / "chapters" / "01_fixture.md").write_text(
+        nbtools.jupytext.writes(nb, fmt="md:myst")
+    )
+    found = nbtools.problems(book / "chapters", book / "notebooks")
+    assert any(message in line for line in found), found
+
+
+def run_nbval(*paths: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+         "--nbval-current-env", "-o", "addopts=", *map(str, paths)],
+        capture_output=True, text=True, env=nbtools.kernel_env(), cwd=paths[0].parent,
+        timeout=300, check=False,
+    )
+
+
+@pytest.mark.slow
+def test_nbval_fails_on_stale_numbers_and_figures(fixture_book, tmp_path):
+    """One nbval run over four copies: untouched, edited number, swapped figure, changed code."""
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    shutil.copy(fixture_book / "notebooks" / "figmod.py", folder / "figmod.py")
+    original = read_nb(fixture_book / "notebooks" / "01_fixture.ipynb")
+    write_nb(original, folder / "a_untouched.ipynb")
+
+    edited = read_nb(fixture_book / "notebooks" / "01_fixture.ipynb")
+    out = edited.cells[1].outputs[0]
+    assert out["text"] == "[1.  0.5]\n"
+    out["text"] = "[1.  0.6]\n"
+    write_nb(edited, folder / "b_number.ipynb")
+
+    swapped = read_nb(fixture_book / "notebooks" / "01_fixture.ipynb")
+    svg = swapped.cells[2].outputs[0]["data"]["image/svg+xml"]
+    swapped.cells[2].outputs[0]["data"]["image/svg+xml"] = svg.replace("#1f77b4", "#ff7f0e")
+    assert swapped.cells[2].outputs[0]["data"]["image/svg+xml"] != svg
+    write_nb(swapped, folder / "c_figure.ipynb")
+
+    # The drawing function changes; d_code's stored figure was drawn by the old one.
+    sub = folder / "newcode"
+    sub.mkdir()
+    (sub / "figmod.py").write_text(FIGMOD.replace("tab:blue", "tab:green"))
+    write_nb(original, sub / "d_code.ipynb")
+
+    result = run_nbval(folder / "a_untouched.ipynb", folder / "b_number.ipynb",
+                       folder / "c_figure.ipynb", sub / "d_code.ipynb")
+    report = result.stdout + result.stderr
+    assert result.returncode == 1, report
+    assert "FAILED a_untouched" not in report, report
+    assert "b_number.ipynb::Cell 0" in report, report
+    assert "c_figure.ipynb::Cell 1" in report, report
+    assert "d_code.ipynb::Cell 1" in report, report
+    assert "3 failed, 5 passed" in report, report
+
+
+@pytest.mark.slow
+def test_strict_build_fails_on_broken_reference(tmp_path):
+    """A tiny book with our _config.yml and one broken {ref} must not build."""
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(ROOT / "_config.yml", site / "_config.yml")
+    shutil.copy(ROOT / "references.bib", site / "references.bib")
+    (site / "book" / "_vendor" / "site").mkdir(parents=True)
+    (site / "_toc.yml").write_text("format: jb-book\nroot: book/intro\n")
+    (site / "book" / "intro.md").write_text(
+        "# Intro\n\nSee {ref}`a-label-that-does-not-exist`.\n"
+    )
+    result = subprocess.run(
+        [str(Path(PY).parent / "jupyter-book"), "build", str(site), "--builder", "html",
+         "-W", "-n", "--keep-going"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    report = result.stdout + result.stderr
+    assert result.returncode != 0, report
+    assert "a-label-that-does-not-exist" in report, report
+    assert "intro.md" in report, report

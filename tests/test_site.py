@@ -1,0 +1,111 @@
+"""The built site, opened page by page in headless Chromium (run after `make book`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import site_check
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+
+pytestmark = pytest.mark.browser
+
+
+def _missing(reason: str):
+    if site_check.in_ci():
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    executable = site_check.chromium_path()
+    if executable is None:
+        _missing(site_check.INSTALL_HINT)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=site_check.CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def served_site():
+    if not (HTML / "index.html").exists():
+        _missing("no built site at _build/html: run `make book` first")
+    with site_check.serve(HTML) as origin:
+        yield origin
+
+
+@pytest.fixture
+def context(browser):
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    yield ctx
+    ctx.close()
+
+
+PAGES = [p.relative_to(HTML).as_posix() for p in site_check.site_pages(HTML)] or ["index.html"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_is_clean(context, served_site, page):
+    problems = site_check.check_page(context, f"{served_site}/{page}", served_site)
+    assert not problems, f"{page}:\n  " + "\n  ".join(problems)
+
+
+def test_every_chapter_page_was_built(served_site):
+    toc = (ROOT / "_toc.yml").read_text()
+    names = [line.split("book/notebooks/")[1].strip() for line in toc.splitlines()
+             if "book/notebooks/" in line]
+    assert names
+    for name in names:
+        assert (HTML / "book" / "notebooks" / f"{name}.html").exists(), name
+
+
+def test_math_is_rendered_somewhere(context, served_site):
+    """The notation chapter has display math: it must come out typeset, not raw."""
+    page = context.new_page()
+    page.goto(f"{served_site}/book/notebooks/01_notation.html", wait_until="networkidle")
+    page.evaluate("async () => { await MathJax.startup.promise; }")
+    assert page.locator("mjx-container").count() >= 3
+    page.close()
+
+
+# --- the checker itself catches what it must --------------------------------------
+
+BAD_PAGE = """<!doctype html><html><head>
+<script src="https://cdn.example.org/lib.js"></script></head>
+<body><p>Inline math \\(x^2\\) never typeset.</p>
+<img src="missing.png"><img src="ok.svg">
+<script>console.error("boom")</script></body></html>"""
+
+OK_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
+          '<rect width="10" height="10"/></svg>')
+
+
+def test_checker_catches_a_bad_page(context, tmp_path):
+    (tmp_path / "bad.html").write_text(BAD_PAGE)
+    (tmp_path / "ok.svg").write_text(OK_SVG)
+    with site_check.serve(tmp_path) as origin:
+        problems = site_check.check_page(context, f"{origin}/bad.html", origin)
+    joined = "\n".join(problems)
+    assert "external request blocked: https://cdn.example.org/lib.js" in joined
+    assert "console error: boom" in joined
+    assert "HTTP 404" in joined and "missing.png" in joined
+    assert "image did not load: missing.png" in joined
+    assert "image without alt text: ok.svg" in joined
+    assert "raw math delimiter" in joined
+
+
+def test_checker_passes_a_clean_page(context, tmp_path):
+    (tmp_path / "good.html").write_text(
+        '<!doctype html><html><body><p>Hello</p><img src="ok.svg" alt="a square"></body></html>'
+    )
+    (tmp_path / "ok.svg").write_text(OK_SVG)
+    with site_check.serve(tmp_path) as origin:
+        assert site_check.check_page(context, f"{origin}/good.html", origin) == []
