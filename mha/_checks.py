@@ -1,0 +1,92 @@
+"""Input validation shared by the NumPy modules.
+
+Every helper raises ``ValueError`` with a message that names the offending argument
+and the shapes involved, so a reader who passes the wrong tensor sees *which* one and
+*why*, instead of a NumPy broadcasting error from deep inside a matmul (or, worse, a
+silent broadcast that produces wrong numbers).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def as_float_array(x: object, name: str) -> np.ndarray:
+    """Return ``x`` as a floating-point array (integers and booleans become float64)."""
+    arr = np.asarray(x)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be real, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def check_ndim(x: np.ndarray, ndim: int, name: str, layout: str) -> None:
+    """Require ``x.ndim == ndim``; ``layout`` (e.g. ``"(B, T, D)"``) goes into the message."""
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {layout} ({ndim} dims), got shape {x.shape}")
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Return ``value`` as an ``int`` if it is a positive integer (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_divisible(d_model: int, num_heads: int) -> int:
+    """Return ``head_dim = d_model // num_heads``; reject a remainder."""
+    num_heads = check_positive_int(num_heads, "num_heads")
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}: every head "
+            f"gets d_model / num_heads features, which must be a whole number"
+        )
+    return d_model // num_heads
+
+
+def as_bool_mask(mask: object, name: str = "mask") -> np.ndarray:
+    """Return ``mask`` as a boolean array; any other dtype is an error.
+
+    A float or integer "mask" is refused instead of being compared with 0, because
+    the two common float conventions (1 = keep vs. 0 = keep, as in additive masks)
+    are opposite: guessing would silently invert it.
+    """
+    arr = np.asarray(mask)
+    if arr.dtype != np.bool_:
+        raise ValueError(
+            f"{name} must be a boolean array (True = may attend), got dtype {arr.dtype} "
+            f"with shape {arr.shape}; for an additive float mask use mha.from_additive_mask"
+        )
+    return arr
+
+
+def check_mask_shape(mask: np.ndarray, target: tuple[int, ...], name: str = "mask") -> None:
+    """Require that ``mask`` broadcasts to exactly ``target`` = ``(..., T, S)``.
+
+    The rule is stricter than NumPy's: the mask may not have more dimensions than
+    ``target`` and may not enlarge it, each of its dims must be 1 or equal to the
+    matching (right-aligned) dim of ``target``, and it needs at least the two
+    trailing ``(T, S)`` dims — a 1-D mask is refused because it cannot say whether
+    it runs over queries or keys.
+    """
+    layout = f"(..., T, S) = {target}"
+    if mask.ndim < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dims (..., T, S), got shape {mask.shape}; "
+            f"expected a shape that broadcasts to {layout}"
+        )
+    if mask.ndim > len(target):
+        raise ValueError(
+            f"{name} with shape {mask.shape} has more dims than the attention scores {layout}"
+        )
+    for got, want in zip(mask.shape[::-1], target[::-1], strict=False):
+        if got not in (1, want):
+            raise ValueError(
+                f"{name} with shape {mask.shape} does not broadcast to the attention "
+                f"scores {layout}: every dim must be 1 or match"
+            )

@@ -1,0 +1,578 @@
+"""Multi-head attention in NumPy: the readable specification the rest of `mha` is tested against.
+
+The code follows Vaswani et al. (2017), section 3.2, one named step at a time, so
+that a chapter can print any intermediate and a test can compare it with PyTorch.
+Shapes follow the legend in :mod:`mha`. Masks are boolean with **True = may attend**.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mha._checks import (
+    as_bool_mask,
+    as_float_array,
+    check_divisible,
+    check_mask_shape,
+    check_ndim,
+    check_positive_int,
+)
+
+if TYPE_CHECKING:  # torch is optional for the NumPy core: imported lazily where used
+    from torch import nn
+
+__all__ = [
+    "AttentionParams",
+    "AttentionSteps",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_steps",
+    "scaled_dot_product_attention",
+    "softmax",
+    "split_heads",
+]
+
+
+def softmax(x: Any, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax along ``axis``.
+
+    Parameters
+    ----------
+    x : array_like, any shape
+        Real numbers; ``-inf`` entries get probability exactly 0.
+    axis : int
+        The axis that sums to 1.
+
+    Returns
+    -------
+    np.ndarray, same shape as ``x``
+        Probabilities along ``axis``. A slice whose entries are *all* ``-inf`` (a
+        query that may attend to nothing) gets all zeros instead of NaN.
+
+    Notes
+    -----
+    Subtracting the maximum first leaves the result unchanged (the factor
+    ``exp(-max)`` cancels) but keeps ``exp`` from overflowing for large inputs.
+    """
+    x = as_float_array(x, "x")
+    x_max = np.max(x, axis=axis, keepdims=True)
+    # An all -inf slice has max -inf, and -inf - (-inf) would be NaN: shift by 0 there.
+    x_max = np.where(np.isneginf(x_max), 0.0, x_max)
+    exp = np.exp(x - x_max)
+    total = np.sum(exp, axis=axis, keepdims=True)
+    # total == 0 exactly when every entry was -inf: leave those slices at zero.
+    return np.divide(exp, total, out=np.zeros_like(exp), where=total > 0)
+
+
+def _attention_core(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The five steps of scaled dot-product attention on validated arrays.
+
+    Returns ``(scores, scaled, masked, weights, context)``; shared by
+    :func:`scaled_dot_product_attention` and :func:`multi_head_attention_steps` so
+    the formula exists exactly once.
+    """
+    head_dim = q.shape[-1]
+    # 1. Similarity of every query with every key.
+    scores = q @ np.swapaxes(k, -1, -2)  # (..., T, Dh) @ (..., Dh, S) -> (..., T, S)
+    # 2. Dot products of Dh random components grow like sqrt(Dh); dividing keeps the
+    #    softmax out of its saturated, small-gradient region. A Python float keeps
+    #    float32 inputs in float32.
+    scaled = scores / math.sqrt(head_dim)
+    # 3. Blocked positions become -inf so that softmax gives them exactly 0.
+    masked = scaled if mask is None else np.where(mask, scaled, -np.inf)
+    # 4. Each query's weights over the keys sum to 1 (or are all 0 if nothing is allowed).
+    weights = softmax(masked, axis=-1)
+    # 5. Weighted average of the values.
+    context = weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
+    return scores, scaled, masked, weights, context
+
+
+def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., length, dim), got {x.shape}")
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(
+            f"q, k and v must have the same number of dims, got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(
+            f"q, k and v must have the same leading (batch, head) dims, got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dim Dh (queries are compared with keys by "
+            f"dot product), got q {q.shape} and k {k.shape}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length S (one value per key), got k {k.shape} "
+            f"and v {v.shape}"
+        )
+
+
+def scaled_dot_product_attention(
+    q: Any, k: Any, v: Any, mask: Any | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scaled dot-product attention, ``softmax(q k^T / sqrt(Dh)) v``.
+
+    Parameters
+    ----------
+    q : array_like, shape (..., T, Dh)
+        Queries.
+    k : array_like, shape (..., S, Dh)
+        Keys; same leading dims as ``q``.
+    v : array_like, shape (..., S, Dv)
+        Values; one per key.
+    mask : bool array_like, optional
+        **True = may attend.** At least 2 dims, broadcastable to ``(..., T, S)`` without
+        enlarging it (each dim 1 or equal, right-aligned), e.g. ``(T, S)`` from
+        :func:`mha.causal_mask` or ``(B, 1, 1, S)`` from :func:`mha.padding_mask`.
+
+    Returns
+    -------
+    context : np.ndarray, shape (..., T, Dv)
+    weights : np.ndarray, shape (..., T, S)
+        Each row sums to 1 over its allowed keys; blocked entries are exactly 0. A
+        query row with **no** allowed key gets zero weights and zero context — never
+        NaN. (``nn.MultiheadAttention`` returns NaN for such a row.)
+
+    Raises
+    ------
+    ValueError
+        If the shapes of ``q``, ``k``, ``v`` disagree, or ``mask`` is not boolean or
+        does not broadcast to ``(..., T, S)``.
+    """
+    q = as_float_array(q, "q")
+    k = as_float_array(k, "k")
+    v = as_float_array(v, "v")
+    _check_qkv(q, k, v)
+    if mask is not None:
+        mask = as_bool_mask(mask)
+        check_mask_shape(mask, q.shape[:-1] + (k.shape[-2],))
+    _, _, _, weights, context = _attention_core(q, k, v, mask)
+    return context, weights
+
+
+def split_heads(x: Any, num_heads: int) -> np.ndarray:
+    """Split the feature axis into heads: ``(B, T, D) -> (B, H, T, Dh)``.
+
+    The split is *logical*: head ``h`` gets features ``h*Dh:(h+1)*Dh`` of each
+    token; no data is duplicated and no weights are added. Any leading dims are
+    kept, so ``(..., T, D) -> (..., H, T, Dh)``.
+
+    Parameters
+    ----------
+    x : array_like, shape (B, T, D)
+    num_heads : int
+        ``H``; must divide ``D``.
+
+    Returns
+    -------
+    np.ndarray, shape (B, H, T, Dh) with ``Dh = D // H``
+    """
+    x = np.asarray(x)
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (B, T, D), got shape {x.shape}")
+    *lead, length, d_model = x.shape
+    head_dim = check_divisible(d_model, num_heads)
+    x = x.reshape(*lead, length, num_heads, head_dim)  # (B, T, D) -> (B, T, H, Dh)
+    return np.swapaxes(x, -3, -2)  # (B, T, H, Dh) -> (B, H, T, Dh)
+
+
+def merge_heads(x: Any) -> np.ndarray:
+    """Concatenate the heads again: ``(B, H, T, Dh) -> (B, T, H * Dh)``; inverse of
+    :func:`split_heads`.
+
+    Parameters
+    ----------
+    x : array_like, shape (B, H, T, Dh)
+
+    Returns
+    -------
+    np.ndarray, shape (B, T, D) with ``D = H * Dh``
+    """
+    x = np.asarray(x)
+    if x.ndim < 3:
+        raise ValueError(f"x must have shape (B, H, T, Dh), got shape {x.shape}")
+    *lead, num_heads, length, head_dim = x.shape
+    x = np.swapaxes(x, -3, -2)  # (B, H, T, Dh) -> (B, T, H, Dh)
+    return x.reshape(*lead, length, num_heads * head_dim)  # (B, T, H, Dh) -> (B, T, D)
+
+
+_WEIGHT_NAMES = ("W_q", "W_k", "W_v", "W_o")
+_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")
+
+
+@dataclass(eq=False)
+class AttentionParams:
+    """The weights of one multi-head attention layer.
+
+    Convention: a weight has shape ``(D_in, D_out)`` and a layer computes
+    ``y = x @ W + b`` (PyTorch stores ``(out, in)`` and computes ``x @ W.T``;
+    :meth:`from_torch` / :meth:`to_torch` transpose). Head ``h`` owns columns
+    ``h*Dh:(h+1)*Dh`` of ``W_q``, ``W_k``, ``W_v`` and rows ``h*Dh:(h+1)*Dh`` of
+    ``W_o``: the heads share these four matrices, they do not add parameters.
+
+    Attributes
+    ----------
+    W_q : np.ndarray, shape (D, D)
+    b_q : np.ndarray, shape (D,), or None
+    W_k : np.ndarray, shape (Dk, D)   (``Dk = D`` unless keys have another width)
+    b_k : np.ndarray, shape (D,), or None
+    W_v : np.ndarray, shape (Dv, D)   (``Dv = D`` unless values have another width)
+    b_v : np.ndarray, shape (D,), or None
+    W_o : np.ndarray, shape (D, D)
+    b_o : np.ndarray, shape (D,), or None
+        The biases are either all present or all ``None`` (``bias=False``).
+    """
+
+    W_q: np.ndarray
+    b_q: np.ndarray | None
+    W_k: np.ndarray
+    b_k: np.ndarray | None
+    W_v: np.ndarray
+    b_v: np.ndarray | None
+    W_o: np.ndarray
+    b_o: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        for name in _WEIGHT_NAMES:
+            w = as_float_array(getattr(self, name), name)
+            check_ndim(w, 2, name, "(D_in, D_out)")
+            setattr(self, name, w)
+        d_model = self.W_q.shape[1]
+        expected = {
+            "W_q": (d_model, d_model),
+            "W_k": (self.W_k.shape[0], d_model),
+            "W_v": (self.W_v.shape[0], d_model),
+            "W_o": (d_model, d_model),
+        }
+        for name, shape in expected.items():
+            if getattr(self, name).shape != shape:
+                raise ValueError(
+                    f"{name} must have shape {shape} for d_model={d_model} (from W_q "
+                    f"{self.W_q.shape}), got {getattr(self, name).shape}"
+                )
+        present = [getattr(self, name) is not None for name in _BIAS_NAMES]
+        if any(present) and not all(present):
+            given = zip(_BIAS_NAMES, present, strict=True)
+            listing = ", ".join(f"{n}={'array' if p else 'None'}" for n, p in given)
+            raise ValueError(f"biases must be all arrays or all None, got {listing}")
+        if all(present):
+            for name in _BIAS_NAMES:
+                b = as_float_array(getattr(self, name), name)
+                if b.shape != (d_model,):
+                    raise ValueError(
+                        f"{name} must have shape ({d_model},) for d_model={d_model}, got {b.shape}"
+                    )
+                setattr(self, name, b)
+
+    @property
+    def d_model(self) -> int:
+        """``D``, the model width."""
+        return self.W_q.shape[1]
+
+    @property
+    def bias(self) -> bool:
+        """Whether the projections have biases."""
+        return self.b_q is not None
+
+    @property
+    def num_parameters(self) -> int:
+        """Number of scalars: ``4 D^2 + 4 D`` for self-attention with biases, whatever ``H``."""
+        arrays = [getattr(self, n) for n in _WEIGHT_NAMES + _BIAS_NAMES]
+        return sum(a.size for a in arrays if a is not None)
+
+    @classmethod
+    def init(
+        cls, d_model: int, seed: int = 0, dtype: Any = np.float64, bias: bool = True
+    ) -> AttentionParams:
+        """Seeded Xavier-uniform initialisation (Glorot & Bengio, 2010).
+
+        Each of ``W_q, W_k, W_v, W_o`` is drawn, in that order, from
+        ``U(-a, a)`` with ``a = sqrt(6 / (D_in + D_out)) = sqrt(3 / D)``, which keeps
+        the variance of activations roughly constant through the layer. Biases start
+        at zero, as in ``nn.MultiheadAttention``.
+
+        Parameters
+        ----------
+        d_model : int
+            ``D``.
+        seed : int
+            Seed for ``np.random.default_rng``; same seed, same weights.
+        dtype : NumPy floating dtype
+        bias : bool
+            If False, all biases are ``None``.
+        """
+        d_model = check_positive_int(d_model, "d_model")
+        rng = np.random.default_rng(seed)
+        limit = math.sqrt(6.0 / (d_model + d_model))
+        weights = [
+            rng.uniform(-limit, limit, size=(d_model, d_model)).astype(dtype) for _ in _WEIGHT_NAMES
+        ]
+        biases = [np.zeros(d_model, dtype=dtype) if bias else None for _ in _BIAS_NAMES]
+        w_q, w_k, w_v, w_o = weights
+        b_q, b_k, b_v, b_o = biases
+        return cls(W_q=w_q, b_q=b_q, W_k=w_k, b_k=b_k, W_v=w_v, b_v=b_v, W_o=w_o, b_o=b_o)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> AttentionParams:
+        """Copy the weights of an ``nn.MultiheadAttention`` (any ``batch_first``).
+
+        PyTorch packs ``W_q, W_k, W_v`` as the rows of ``in_proj_weight`` ``(3D, D)``
+        (or keeps them separate when ``kdim``/``vdim`` differ from ``D``) in its
+        ``(out, in)`` layout; they are transposed into ours. Dropout is ignored (it
+        is a training-time operation, not a weight).
+
+        Raises
+        ------
+        TypeError
+            If ``module`` is not an ``nn.MultiheadAttention``.
+        ValueError
+            If it uses ``add_bias_kv`` or ``add_zero_attn``, which change the
+            attention itself and have no counterpart here.
+        """
+        from torch import nn
+
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError(
+                "module uses add_bias_kv or add_zero_attn, which mha does not implement"
+            )
+
+        def to_numpy(t: Any) -> np.ndarray | None:
+            return None if t is None else t.detach().cpu().numpy().copy()
+
+        d_model = module.embed_dim
+        if module.in_proj_weight is not None:
+            w_in = to_numpy(module.in_proj_weight)  # (3D, D), rows = outputs
+            w_q, w_k, w_v = (w_in[i * d_model : (i + 1) * d_model].T for i in range(3))
+        else:
+            w_q = to_numpy(module.q_proj_weight).T
+            w_k = to_numpy(module.k_proj_weight).T
+            w_v = to_numpy(module.v_proj_weight).T
+        b_in = to_numpy(module.in_proj_bias)
+        if b_in is None:
+            b_q = b_k = b_v = None
+        else:
+            b_q, b_k, b_v = (b_in[i * d_model : (i + 1) * d_model] for i in range(3))
+        return cls(
+            W_q=np.ascontiguousarray(w_q),
+            b_q=b_q,
+            W_k=np.ascontiguousarray(w_k),
+            b_k=b_k,
+            W_v=np.ascontiguousarray(w_v),
+            b_v=b_v,
+            W_o=np.ascontiguousarray(to_numpy(module.out_proj.weight).T),
+            b_o=to_numpy(module.out_proj.bias),
+        )
+
+    def to_torch(self, num_heads: int) -> nn.MultiheadAttention:
+        """A new ``nn.MultiheadAttention(batch_first=True)`` holding copies of these weights.
+
+        Its dtype matches ``W_q``'s; dropout is 0. Call it with
+        ``average_attn_weights=False`` to get per-head weights ``(B, H, T, S)``.
+        """
+        import torch
+        from torch import nn
+
+        check_divisible(self.d_model, num_heads)
+        d_model = self.d_model
+        module = nn.MultiheadAttention(
+            d_model,
+            num_heads,
+            bias=self.bias,
+            batch_first=True,
+            kdim=self.W_k.shape[0],
+            vdim=self.W_v.shape[0],
+            dtype=torch.from_numpy(np.zeros(0, dtype=self.W_q.dtype)).dtype,
+        )
+
+        def tensor(a: np.ndarray) -> torch.Tensor:
+            # a fresh, writable, contiguous copy: from_numpy warns on read-only arrays
+            return torch.from_numpy(np.array(a, order="C"))
+
+        with torch.no_grad():
+            if module.in_proj_weight is not None:
+                # (D, D) x 3 -> (3D, D), PyTorch's (out, in) layout
+                packed = np.concatenate([self.W_q.T, self.W_k.T, self.W_v.T], axis=0)
+                module.in_proj_weight.copy_(tensor(packed))
+            else:
+                module.q_proj_weight.copy_(tensor(self.W_q.T))
+                module.k_proj_weight.copy_(tensor(self.W_k.T))
+                module.v_proj_weight.copy_(tensor(self.W_v.T))
+            module.out_proj.weight.copy_(tensor(self.W_o.T))
+            if self.bias:
+                module.in_proj_bias.copy_(tensor(np.concatenate([self.b_q, self.b_k, self.b_v])))
+                module.out_proj.bias.copy_(tensor(self.b_o))
+        return module
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionSteps:
+    """Every intermediate of :func:`multi_head_attention`, in the order computed.
+
+    Attributes
+    ----------
+    q : (B, T, D)         projected queries, ``query @ W_q + b_q``
+    k : (B, S, D)         projected keys
+    v : (B, S, D)         projected values
+    q_heads : (B, H, T, Dh)
+    k_heads : (B, H, S, Dh)
+    v_heads : (B, H, S, Dh)
+    scores : (B, H, T, S)   raw ``q_heads @ k_heads^T``
+    scaled : (B, H, T, S)   ``scores / sqrt(Dh)``
+    masked : (B, H, T, S)   ``scaled`` with ``-inf`` where the mask blocks (same as
+                            ``scaled`` if there is no mask)
+    weights : (B, H, T, S)  softmax over S; zero rows where nothing is allowed
+    context : (B, H, T, Dh) ``weights @ v_heads``, one result per head
+    merged : (B, T, D)      heads concatenated again
+    output : (B, T, D)      ``merged @ W_o + b_o``
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    q_heads: np.ndarray
+    k_heads: np.ndarray
+    v_heads: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    masked: np.ndarray
+    weights: np.ndarray
+    context: np.ndarray
+    merged: np.ndarray
+    output: np.ndarray
+
+
+def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    y = x @ w  # (B, L, D_in) @ (D_in, D_out) -> (B, L, D_out)
+    return y if b is None else y + b
+
+
+def multi_head_attention_steps(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: AttentionParams,
+    num_heads: int,
+    mask: Any | None = None,
+) -> AttentionSteps:
+    """Multi-head attention, returning every intermediate (see :class:`AttentionSteps`).
+
+    Parameters
+    ----------
+    query : array_like, shape (B, T, D)
+    key : array_like, shape (B, S, Dk)      (``Dk = D`` for the usual layers)
+    value : array_like, shape (B, S, Dv)
+        Self-attention passes the same array three times; cross-attention takes
+        ``query`` from the decoder and ``key = value`` from the encoder.
+    params : AttentionParams
+    num_heads : int
+        ``H``; must divide ``D``.
+    mask : bool array_like, optional
+        **True = may attend**, broadcastable to ``(B, H, T, S)`` as described in
+        :func:`scaled_dot_product_attention`.
+
+    Returns
+    -------
+    AttentionSteps
+
+    Raises
+    ------
+    ValueError
+        For shape, dtype or mask errors, naming the argument and the shapes.
+    """
+    if not isinstance(params, AttentionParams):
+        raise ValueError(f"params must be an AttentionParams, got {type(params).__name__}")
+    query = as_float_array(query, "query")
+    key = as_float_array(key, "key")
+    value = as_float_array(value, "value")
+    check_ndim(query, 3, "query", "(B, T, D)")
+    check_ndim(key, 3, "key", "(B, S, D)")
+    check_ndim(value, 3, "value", "(B, S, D)")
+    if not query.shape[0] == key.shape[0] == value.shape[0]:
+        raise ValueError(
+            f"query, key and value must have the same batch size B, got query "
+            f"{query.shape}, key {key.shape}, value {value.shape}"
+        )
+    if key.shape[1] != value.shape[1]:
+        raise ValueError(
+            f"key and value must have the same length S, got key {key.shape} and "
+            f"value {value.shape}"
+        )
+    for name, x, w in (("query", query, "W_q"), ("key", key, "W_k"), ("value", value, "W_v")):
+        w_shape = getattr(params, w).shape
+        if x.shape[-1] != w_shape[0]:
+            raise ValueError(
+                f"{name} has {x.shape[-1]} features (shape {x.shape}) but params.{w} "
+                f"expects {w_shape[0]} (shape {w_shape})"
+            )
+    check_divisible(params.d_model, num_heads)
+    batch, target_len, source_len = query.shape[0], query.shape[1], key.shape[1]
+    if mask is not None:
+        mask = as_bool_mask(mask)
+        check_mask_shape(mask, (batch, num_heads, target_len, source_len))
+
+    # 1. One linear layer per role; all heads at once (the split is only logical).
+    q = _linear(query, params.W_q, params.b_q)  # (B, T, D) @ (D, D) -> (B, T, D)
+    k = _linear(key, params.W_k, params.b_k)  # (B, S, Dk) @ (Dk, D) -> (B, S, D)
+    v = _linear(value, params.W_v, params.b_v)  # (B, S, Dv) @ (Dv, D) -> (B, S, D)
+    # 2. Give each head its own Dh-wide slice of the features.
+    q_heads = split_heads(q, num_heads)  # (B, T, D) -> (B, H, T, Dh)
+    k_heads = split_heads(k, num_heads)  # (B, S, D) -> (B, H, S, Dh)
+    v_heads = split_heads(v, num_heads)  # (B, S, D) -> (B, H, S, Dh)
+    # 3. Scaled dot-product attention in every head in parallel.
+    scores, scaled, masked, weights, context = _attention_core(q_heads, k_heads, v_heads, mask)
+    # 4. Concatenate the heads and mix them with the output projection.
+    merged = merge_heads(context)  # (B, H, T, Dh) -> (B, T, D)
+    output = _linear(merged, params.W_o, params.b_o)  # (B, T, D) @ (D, D) -> (B, T, D)
+    return AttentionSteps(
+        q=q,
+        k=k,
+        v=v,
+        q_heads=q_heads,
+        k_heads=k_heads,
+        v_heads=v_heads,
+        scores=scores,
+        scaled=scaled,
+        masked=masked,
+        weights=weights,
+        context=context,
+        merged=merged,
+        output=output,
+    )
+
+
+def multi_head_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    params: AttentionParams,
+    num_heads: int,
+    mask: Any | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
+
+    ``MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_o`` with
+    ``head_h = Attention(Q W_q^h, K W_k^h, V W_v^h)``, computed for all heads at once.
+    Arguments as in :func:`multi_head_attention_steps`.
+
+    Returns
+    -------
+    output : np.ndarray, shape (B, T, D)
+    weights : np.ndarray, shape (B, H, T, S)
+        Per-head attention weights (not averaged over heads).
+    """
+    steps = multi_head_attention_steps(query, key, value, params, num_heads, mask)
+    return steps.output, steps.weights
