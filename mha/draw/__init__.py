@@ -1,0 +1,49 @@
+"""Figures of the book, drawn by matplotlib from the very arrays a chapter computes.
+
+Import as ``from mha import draw``. Every function returns a
+:class:`matplotlib.figure.Figure`; chapters end the cell with ``plt.show()``.
+
+- colours: :data:`HEAD_COLORS`, :func:`head_color` (one colour per head, the same
+  in every figure), :func:`alt_text` (a starting point for a figure's alt text)
+- tensors: :func:`tensor_grid`, :func:`split_heads_figure`, :func:`merge_heads_figure`
+- weights: :func:`weight_matrix_figure`, :func:`matmul_per_head_figure`
+- one head step by step: :func:`attention_pipeline_figure`
+- masks: :func:`mask_figure`, :func:`masks_figure` (:class:`MaskPanel`),
+  :func:`padding_mask_figure`
+- weights as heatmaps: :func:`attention_heatmaps`, :func:`attention_grid`
+- the model: :func:`transformer_figure`
+
+Figures are at most 8 inches wide (the book's text width at 100 dpi), use no
+font below 8 pt, and have a white background so they read in dark mode too.
+Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
+"""
+
+from mha.draw.heatmaps import attention_grid, attention_heatmaps
+from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
+from mha.draw.pipeline import attention_pipeline_figure
+from mha.draw.style import HEAD_COLORS, alt_text, head_cmap, head_color, head_fill
+from mha.draw.tensors import merge_heads_figure, split_heads_figure, tensor_grid
+from mha.draw.transformer import ATTENTION_COLORS, transformer_figure
+from mha.draw.weights import matmul_per_head_figure, weight_matrix_figure
+
+__all__ = [
+    "ATTENTION_COLORS",
+    "HEAD_COLORS",
+    "MaskPanel",
+    "alt_text",
+    "attention_grid",
+    "attention_heatmaps",
+    "attention_pipeline_figure",
+    "head_cmap",
+    "head_color",
+    "head_fill",
+    "mask_figure",
+    "masks_figure",
+    "matmul_per_head_figure",
+    "merge_heads_figure",
+    "padding_mask_figure",
+    "split_heads_figure",
+    "tensor_grid",
+    "transformer_figure",
+    "weight_matrix_figure",
+]

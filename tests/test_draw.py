@@ -1,0 +1,467 @@
+"""mha.draw: check what is drawn (cells, colours, values, labels), not only that it runs."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.axes import Axes
+from matplotlib.collections import PatchCollection
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
+import mha
+from mha import draw
+from mha.draw.style import (
+    ALLOWED_FILL,
+    BLOCKED_FILL,
+    MAX_WIDTH,
+    head_text_color,
+)
+from mha.notebook import SVG_METADATA, setup_figures
+
+SRC = ["You", "are", "welcome"]
+TGT = ["<bos>", "De", "nada"]
+OKABE_ITO = {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
+
+
+@pytest.fixture(autouse=True)
+def _figures():
+    setup_figures()
+    yield
+    plt.close("all")
+
+
+def x_known() -> np.ndarray:
+    """(1, 3, 6) with distinct values 0.0, 0.1, ..., 1.7: each value marks one cell."""
+    return (np.arange(18, dtype=float) / 10).reshape(1, 3, 6)
+
+
+def steps_known(mask: np.ndarray | None = None):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1, 3, 6))
+    params = mha.AttentionParams.init(6, seed=0)
+    return mha.multi_head_attention_steps(x, x, x, params, 2, mask=mask)
+
+
+def cells(ax: Axes) -> PatchCollection:
+    found = [c for c in ax.collections if c.get_gid() == "cells"]
+    assert len(found) == 1
+    return found[0]
+
+
+def grid_axes(fig: Figure) -> list[Axes]:
+    """The axes that hold a grid of cells, in drawing order."""
+    return [ax for ax in fig.axes if any(c.get_gid() == "cells" for c in ax.collections)]
+
+
+def texts(ax: Axes) -> list[str]:
+    """The values written in the cells, row-major."""
+    return [t.get_text() for t in ax.texts if t.get_gid() == "value"]
+
+
+def group_labels(ax: Axes) -> list[str]:
+    return [t.get_text() for t in ax.texts if t.get_gid() == "group"]
+
+
+def ticks(labels: list[Text]) -> list[str]:
+    return [t.get_text() for t in labels]
+
+
+def faces(ax: Axes, shape: tuple[int, int]) -> np.ndarray:
+    coll = cells(ax)
+    fc = coll.get_facecolors() if coll.get_array() is None else coll.to_rgba(coll.get_array())
+    return np.asarray(fc).reshape(*shape, 4)
+
+
+def fig_texts(fig: Figure) -> list[str]:
+    return [t.get_text() for t in fig.texts]
+
+
+def fmt(a: np.ndarray, decimals: int = 2) -> list[str]:
+    """What a cell shows for each value of ``a``: rounded, never ``-0.00``."""
+    return [f"{np.round(v, decimals) + 0.0:.{decimals}f}" for v in np.ravel(a)]
+
+
+def svg(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata=SVG_METADATA, bbox_inches="tight")
+    return buf.getvalue()
+
+
+# --- colours -----------------------------------------------------------------------------
+
+
+def test_head_colors_are_okabe_ito_distinct_and_fixed():
+    assert set(draw.HEAD_COLORS) <= OKABE_ITO
+    assert len(set(draw.HEAD_COLORS)) == len(draw.HEAD_COLORS)
+    assert draw.head_color(0) == "#0072B2" and draw.head_color(1) == "#E69F00"
+    assert draw.head_color(len(draw.HEAD_COLORS)) == draw.head_color(0)  # cycles
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "0"])
+def test_head_color_rejects_non_index(bad):
+    with pytest.raises(ValueError, match="head index"):
+        draw.head_color(bad)
+
+
+def test_head_fill_is_a_light_tint_of_the_head_colour():
+    for h in range(len(draw.HEAD_COLORS)):
+        fill = np.array(draw.head_fill(h)[:3])
+        base = np.array(to_rgba(draw.head_color(h))[:3])
+        assert np.all(fill >= base - 1e-12)  # lighter in every channel
+        # same hue: fill - white is a positive multiple of base - white
+        d_fill, d_base = 1 - fill, 1 - base
+        np.testing.assert_allclose(d_fill, d_fill.max() / d_base.max() * d_base, atol=1e-12)
+
+
+# --- tensor grid -------------------------------------------------------------------------
+
+
+def test_tensor_grid_cells_values_labels_and_head_colours():
+    fig = draw.tensor_grid(x_known(), ["B", "T", "D"], num_heads=2, tokens=SRC, title="x")
+    (ax,) = grid_axes(fig)
+    assert len(cells(ax).get_paths()) == 18
+    assert texts(ax) == [f"{v:.2f}" for v in np.arange(18) / 10]
+    assert ticks(ax.get_yticklabels()) == SRC
+    assert ticks(ax.get_xticklabels()) == [str(i) for i in range(6)]
+    assert ax.get_ylabel() == "T = 3" and ax.get_xlabel() == "D = 6"
+    assert "x: (B, T, D) = (1, 3, 6)" in fig_texts(fig)
+    fc = faces(ax, (3, 6))
+    np.testing.assert_allclose(fc[:, :3], np.broadcast_to(draw.head_fill(0), (3, 3, 4)))
+    np.testing.assert_allclose(fc[:, 3:], np.broadcast_to(draw.head_fill(1), (3, 3, 4)))
+    assert fig.get_facecolor() == to_rgba("white")
+
+
+def test_tensor_grid_4d_one_panel_per_head_titled_in_head_colour():
+    per_head = mha.split_heads(x_known(), 2)  # (1, 2, 3, 3)
+    fig = draw.tensor_grid(per_head, ["B", "H", "T", "Dh"], num_heads=2, tokens=SRC)
+    axes = grid_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["h = 0", "h = 1"]
+    for h, ax in enumerate(axes):
+        assert ax.title.get_color() == head_text_color(h)
+        np.testing.assert_allclose(faces(ax, (3, 3)), np.broadcast_to(draw.head_fill(h), (3, 3, 4)))
+        assert texts(ax) == [f"{v:.2f}" for v in per_head[0, h].ravel()]
+
+
+def test_tensor_grid_accepts_torch_and_rounds_without_negative_zero():
+    x = torch.tensor([[-0.001, 1.23456], [np.inf * -1, 2.0]])
+    fig = draw.tensor_grid(x, ["T", "S"], decimals=1)
+    assert texts(grid_axes(fig)[0]) == ["0.0", "1.2", "-inf", "2.0"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"axis_names": ["T", "D"]}, "axis_names has 2 names"),
+        ({"tokens": ["a", "b"]}, "tokens has 2 labels but axis T has size 3"),
+        ({"num_heads": 4}, "num_heads=4 must divide axis D of size 6"),
+        ({"num_heads": 2, "head_axis": "Q"}, "head_axis 'Q'"),
+        ({"tokens": "You are welcome"}, "sequence of strings"),
+    ],
+)
+def test_tensor_grid_rejects_mismatched_names_and_labels(kwargs, match):
+    args = {"axis_names": ["B", "T", "D"], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        draw.tensor_grid(x_known(), **args)
+
+
+def test_tensor_grid_rejects_too_many_panels():
+    with pytest.raises(ValueError, match="panels"):
+        draw.tensor_grid(np.zeros((5, 4, 2, 2)), ["A", "B", "R", "C"])
+
+
+# --- split and merge ---------------------------------------------------------------------
+
+
+def _colour_of_value(axes: list[Axes], shapes: list[tuple[int, int]]) -> dict[str, tuple]:
+    """Map each cell's text to its fill colour across the given panels."""
+    out: dict[str, tuple] = {}
+    for ax, shape in zip(axes, shapes, strict=True):
+        for s, fc in zip(texts(ax), faces(ax, shape).reshape(-1, 4), strict=True):
+            assert s not in out
+            out[s] = tuple(np.round(fc, 6))
+    return out
+
+
+def test_split_heads_figure_keeps_each_cell_colour_through_the_steps():
+    x = x_known()
+    fig = draw.split_heads_figure(x, 2, tokens=SRC)
+    axes = grid_axes(fig)
+    assert len(axes) == 1 + 3 + 2  # (T, D); T panels of (H, Dh); H panels of (T, Dh)
+    step1 = _colour_of_value(axes[:1], [(3, 6)])
+    step2 = _colour_of_value(axes[1:4], [(2, 3)] * 3)
+    step3 = _colour_of_value(axes[4:], [(3, 3)] * 2)
+    assert step1 == step2 == step3 and len(step1) == 18
+    per_head = mha.split_heads(x, 2)
+    for h, ax in enumerate(axes[4:]):
+        assert texts(ax) == [f"{v:.2f}" for v in per_head[0, h].ravel()]
+        assert ticks(ax.get_yticklabels()) == SRC
+    assert [ax.get_title() for ax in axes[1:4]] == ["t = 0 (You)", "t = 1 (are)", "t = 2 (welcome)"]
+    captions = " ".join(fig_texts(fig))
+    for shape in ("(B, T, D) = (1, 3, 6)", "(B, T, H, Dh) = (1, 3, 2, 3)",
+                  "(B, H, T, Dh) = (1, 2, 3, 3)"):
+        assert shape in captions
+
+
+def test_merge_heads_figure_ends_with_merge_heads_values():
+    per_head = mha.split_heads(x_known(), 2)
+    fig = draw.merge_heads_figure(per_head, tokens=SRC)
+    axes = grid_axes(fig)
+    assert len(axes) == 2 + 3 + 1
+    assert texts(axes[-1]) == [f"{v:.2f}" for v in mha.merge_heads(per_head).ravel()]
+    assert _colour_of_value(axes[:2], [(3, 3)] * 2) == _colour_of_value(axes[-1:], [(3, 6)])
+
+
+def test_split_heads_figure_draws_the_requested_sample_and_checks_shapes():
+    x = np.concatenate([x_known(), -x_known() - 1], axis=0)  # (2, 3, 6)
+    fig = draw.split_heads_figure(x, 3, batch=1)
+    assert texts(grid_axes(fig)[0])[0] == "-1.00"
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, D\)"):
+        draw.split_heads_figure(x[0], 2)
+    with pytest.raises(ValueError, match="batch must be an int in"):
+        draw.split_heads_figure(x, 2, batch=2)
+    with pytest.raises(ValueError, match="num_heads=4 must divide"):
+        draw.split_heads_figure(x, 4)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, H, T, Dh\)"):
+        draw.merge_heads_figure(x)
+
+
+# --- weights -----------------------------------------------------------------------------
+
+
+def test_weight_matrix_figure_colours_columns_or_rows_by_head():
+    W = np.arange(36, dtype=float).reshape(6, 6) / 100
+    fig = draw.weight_matrix_figure(W, 2, name="W_q")
+    (ax,) = grid_axes(fig)
+    fc = faces(ax, (6, 6))
+    assert np.allclose(fc[:, :3], draw.head_fill(0)) and np.allclose(fc[:, 3:], draw.head_fill(1))
+    assert texts(ax) == [f"{v:.2f}" for v in W.ravel()]
+    assert group_labels(ax) == ["head 0", "head 1"]
+    bands = [p for p in ax.patches if p.get_gid() == "group"]
+    assert [to_rgba(b.get_facecolor())[:3] for b in bands] == [
+        to_rgba(draw.head_color(h))[:3] for h in range(2)
+    ]
+    fig_o = draw.weight_matrix_figure(W, 3, name="W_o", partition="rows")
+    fc = faces(grid_axes(fig_o)[0], (6, 6))
+    for h in range(3):
+        assert np.allclose(fc[2 * h : 2 * h + 2], draw.head_fill(h))
+    with pytest.raises(ValueError, match="partition"):
+        draw.weight_matrix_figure(W, 2, partition="diagonal")
+    with pytest.raises(ValueError, match=r"W must have shape \(D_in, D_out\)"):
+        draw.weight_matrix_figure(W[None], 2)
+
+
+def test_matmul_per_head_figure_shows_the_head_products():
+    x = x_known()
+    W = mha.AttentionParams.init(6, seed=0).W_q
+    fig = draw.matmul_per_head_figure(x, W, 2, tokens=SRC, decimals=2)
+    axes = {ax.get_title(): ax for ax in grid_axes(fig)}
+    assert {"Q", "W_q", "W_q[:, 0:3]", "W_q[:, 3:6]", "Q_0", "Q_1"} <= set(axes)
+    q = x[0] @ W
+    assert texts(axes["Q"]) == fmt(q)
+    assert texts(axes["Q_1"]) == fmt(q[:, 3:])
+    assert np.allclose(faces(axes["Q_1"], (3, 3)), draw.head_fill(1))
+    assert ticks(axes["Q_1"].get_xticklabels()) == ["3", "4", "5"]
+    with pytest.raises(ValueError, match="D_in differs"):
+        draw.matmul_per_head_figure(x, W[:4], 2)
+
+
+# --- one head's pipeline -----------------------------------------------------------------
+
+
+def test_attention_pipeline_figure_panels_values_and_mask():
+    steps = steps_known(mha.causal_mask(3))
+    fig = draw.attention_pipeline_figure(steps, head=1, query_tokens=TGT, key_tokens=TGT)
+    axes = grid_axes(fig)
+    assert [ax.get_title() for ax in axes] == [
+        "Q_1", "K_1^T", "scores", "scaled", "masked", "weights", "weights", "V_1", "context_1",
+    ]
+    by = dict(zip([ax.get_title() for ax in axes], axes, strict=False))
+    masked = texts(by["masked"])
+    blocked = ~mha.causal_mask(3)
+    assert [s == "-inf" for s in masked] == list(blocked.ravel())
+    fc = faces(by["masked"], (3, 3))
+    assert np.allclose(fc[blocked], to_rgba(BLOCKED_FILL))
+    assert texts(by["weights"]) == fmt(steps.weights[0, 1])
+    assert texts(by["context_1"]) == fmt(steps.context[0, 1])
+    assert ticks(by["scores"].get_yticklabels()) == TGT
+    assert ticks(by["K_1^T"].get_xticklabels()) == TGT
+    # the weights are shaded in head 1's colour: weight 1 is the colour itself
+    w = faces(by["weights"], (3, 3))
+    np.testing.assert_allclose(w[0, 0], to_rgba(draw.head_color(1)), atol=1e-2)
+
+
+def test_attention_pipeline_figure_rejects_bad_input():
+    steps = steps_known()
+    with pytest.raises(ValueError, match="head must be an int in"):
+        draw.attention_pipeline_figure(steps, head=2)
+    with pytest.raises(ValueError, match="query_tokens has 2 labels"):
+        draw.attention_pipeline_figure(steps, query_tokens=["a", "b"])
+    with pytest.raises(ValueError, match="AttentionSteps"):
+        draw.attention_pipeline_figure(object())
+
+
+# --- masks -------------------------------------------------------------------------------
+
+
+def test_masks_figure_cells_follow_the_mask_and_legend_says_true_may_attend():
+    pad = mha.padding_mask(np.array([3, 2]))  # (2, 1, 1, 3)
+    causal = mha.causal_mask(3)
+    cross = np.array([[True, True, False]] * 2)  # (T=2, S=3)
+    panels = [
+        draw.MaskPanel(pad, "padding", SRC, SRC),
+        draw.MaskPanel(causal, "causal", TGT, TGT),
+        draw.MaskPanel(mha.combine_masks(pad, causal), "both", SRC, SRC),
+        draw.MaskPanel(cross, "cross", TGT[1:], SRC),
+    ]
+    fig = draw.masks_figure(panels, batch=1)
+    axes = grid_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["padding", "causal", "both", "cross"]
+    expected = [
+        np.broadcast_to(pad[1, 0], (3, 3)),
+        causal,
+        mha.combine_masks(pad, causal)[1, 0],
+        cross,
+    ]
+    for ax, m in zip(axes, expected, strict=True):
+        fc = faces(ax, m.shape)
+        assert np.allclose(fc[m], to_rgba(ALLOWED_FILL))
+        assert np.allclose(fc[~m], to_rgba(BLOCKED_FILL))
+    assert ticks(axes[3].get_yticklabels()) == TGT[1:]
+    assert ticks(axes[3].get_xticklabels()) == SRC
+    assert "True = may attend" in fig_texts(fig) and "False = blocked" in fig_texts(fig)
+
+
+def test_mask_figure_rejects_bad_masks():
+    with pytest.raises(ValueError, match="boolean"):
+        draw.mask_figure(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="key_tokens has 2 labels but axis S has size 3"):
+        draw.mask_figure(mha.causal_mask(3), key_tokens=["a", "b"])
+    with pytest.raises(ValueError, match="different heads"):
+        draw.mask_figure(np.ones((1, 2, 3, 3), bool))
+
+
+def test_padding_mask_figure_writes_tokens_and_darkens_padding():
+    pad = mha.padding_mask(np.array([3, 2]))
+    tokens = [SRC, ["Thank", "you", "<pad>"]]
+    fig = draw.padding_mask_figure(pad, tokens)
+    (ax,) = grid_axes(fig)
+    assert texts(ax) == SRC + ["Thank", "you", "<pad>"]
+    fc = faces(ax, (2, 3))
+    assert np.allclose(fc[1, 2], to_rgba(BLOCKED_FILL)) and np.allclose(fc[0], to_rgba("white"))
+    with pytest.raises(ValueError, match=r"tokens\[1\] has 2 labels"):
+        draw.padding_mask_figure(pad, [SRC, ["Thank", "you"]])
+
+
+# --- heatmaps ----------------------------------------------------------------------------
+
+
+def test_attention_heatmaps_one_panel_per_head_in_its_colour():
+    w = steps_known().weights  # (1, 2, 3, 3)
+    fig = draw.attention_heatmaps(w, query_tokens=TGT, key_tokens=SRC)
+    axes = grid_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["head 0", "head 1"]
+    for h, ax in enumerate(axes):
+        coll = cells(ax)
+        np.testing.assert_array_equal(coll.get_array(), w[0, h].ravel())
+        assert coll.get_cmap()(1.0) == to_rgba(draw.head_color(h))
+        assert coll.norm.vmin == 0 and coll.norm.vmax == 1
+        assert ticks(ax.get_yticklabels()) == TGT and ticks(ax.get_xticklabels()) == SRC
+        assert texts(ax) == fmt(w[0, h])
+    assert len(fig.axes) == 4  # two colour bars
+
+
+def test_attention_grid_layers_by_heads():
+    w = steps_known().weights
+    fig = draw.attention_grid([w, w[:, ::-1]], query_tokens=SRC, key_tokens=SRC)
+    axes = grid_axes(fig)
+    assert len(axes) == 4
+    np.testing.assert_array_equal(cells(axes[2]).get_array(), w[0, 1].ravel())
+    assert {"layer 0", "layer 1"} <= set(fig_texts(fig))
+    with pytest.raises(ValueError, match=r"weights\[1\] has per-sample shape"):
+        draw.attention_grid([w, w[:, :1]])
+    with pytest.raises(ValueError, match="non-empty list"):
+        draw.attention_grid(w)
+
+
+def test_attention_heatmaps_rejects_bad_shapes():
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, H, T, S\)"):
+        draw.attention_heatmaps(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="key_tokens has 2 labels"):
+        draw.attention_heatmaps(np.zeros((2, 3, 3)), key_tokens=["a", "b"])
+
+
+# --- the Transformer ---------------------------------------------------------------------
+
+
+def test_transformer_figure_highlights_the_three_attentions():
+    fig = draw.transformer_figure()
+    (ax,) = fig.axes
+    boxes = [p for p in ax.patches if p.get_gid() == "attention"]
+    assert [to_rgba(b.get_edgecolor()) for b in boxes] == [
+        to_rgba(c) for c in draw.ATTENTION_COLORS.values()
+    ]
+    labels = " ".join(t.get_text() for t in ax.texts)
+    for name in ("encoder self-attention", "decoder causal self-attention", "cross-attention",
+                 "K, V", "Q", "You are welcome", "<bos> De nada"):
+        assert name in labels
+    assert len([p for p in ax.patches if p.get_gid() == "layer"]) == 2
+
+
+# --- every figure: deterministic, readable, described ------------------------------------
+
+
+def _builders(t: int = 3, d: int = 6) -> dict[str, Callable[[], Figure]]:
+    """One call per drawing function; the running example's sizes by default."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1, t, d))
+    params = mha.AttentionParams.init(d, seed=0)
+    steps = mha.multi_head_attention_steps(x, x, x, params, 2, mask=mha.causal_mask(t))
+    pad = mha.padding_mask(np.array([t, t - 1]))
+    src, tgt = SRC[:t], TGT[:t]
+    padded = [src, [*src[: t - 1], "<pad>"]]
+    return {
+        "tensor_grid": lambda: draw.tensor_grid(x, "BTD", num_heads=2, tokens=src),
+        "split": lambda: draw.split_heads_figure(x, 2, tokens=src),
+        "merge": lambda: draw.merge_heads_figure(mha.split_heads(x, 2), tokens=src),
+        "weights": lambda: draw.weight_matrix_figure(params.W_q, 2),
+        "matmul": lambda: draw.matmul_per_head_figure(x, params.W_q, 2, tokens=src),
+        "pipeline": lambda: draw.attention_pipeline_figure(steps, 0, query_tokens=tgt,
+                                                           key_tokens=tgt),
+        "mask": lambda: draw.mask_figure(pad, query_tokens=src, key_tokens=src, batch=1),
+        "padding": lambda: draw.padding_mask_figure(pad, padded),
+        "heatmaps": lambda: draw.attention_heatmaps(steps.weights, query_tokens=tgt,
+                                                    key_tokens=tgt),
+        "grid": lambda: draw.attention_grid([steps.weights] * 2),
+        "transformer": draw.transformer_figure,
+    }
+
+
+@pytest.mark.parametrize("name", list(_builders()))
+def test_same_inputs_give_byte_identical_svg(name):
+    build = _builders(t=2, d=4)[name]  # small: rendering text as paths is the slow part
+    first, second = svg(build()), svg(build())
+    assert first == second
+    assert b"<dc:date>" not in first and b"<image" not in first  # vector, no raster
+
+
+@pytest.mark.parametrize("name", list(_builders()))
+def test_figures_fit_the_text_width_with_readable_fonts(name):
+    fig = _builders()[name]()
+    width, _ = fig.get_size_inches()
+    assert width <= MAX_WIDTH + 1e-9
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text()]
+    assert sizes and min(sizes) >= 8
+    assert fig.get_facecolor() == to_rgba("white")
+    assert len(draw.alt_text(fig)) > 40
+
+
+def test_alt_text_refuses_foreign_figures():
+    with pytest.raises(ValueError, match="not made by mha.draw"):
+        draw.alt_text(plt.figure())
