@@ -95,9 +95,32 @@ def assign_ids(new_nb, old_nb=None) -> None:
         cell["id"] = ids[index]
 
 
+def merge_streams(outputs: list) -> list:
+    """Join consecutive prints to the same stream into one output.
+
+    The kernel flushes stdout in chunks whose boundaries depend on timing, so the
+    same cell can store one output on one run and three on the next.
+    """
+    merged: list = []
+    for out in outputs:
+        previous = merged[-1] if merged else None
+        if (
+            previous is not None
+            and out.get("output_type") == "stream"
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == out.get("name")
+        ):
+            previous["text"] = "".join(previous["text"]) + "".join(out["text"])
+        else:
+            merged.append(out)
+    return merged
+
+
 def clean(nb) -> None:
-    """Drop what changes from run to run: timestamps and machine details."""
+    """Drop what changes from run to run: timestamps, machine details, stream chunking."""
     for cell in nb.cells:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = merge_streams(cell["outputs"])
         for key in EXECUTION_METADATA & set(cell.get("metadata", {})):
             del cell["metadata"][key]
     info = nb.metadata.get("language_info")

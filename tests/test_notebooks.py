@@ -283,3 +283,16 @@ def test_strict_build_fails_on_broken_reference(tmp_path):
     assert result.returncode != 0, report
     assert "a-label-that-does-not-exist" in report, report
     assert "intro.md" in report, report
+
+
+def test_consecutive_prints_are_merged_into_one_output():
+    outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="c\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="d\n"),
+    ]
+    merged = nbtools.merge_streams(outputs)
+    assert [(o["name"], o["text"]) for o in merged] == [
+        ("stdout", "a\nb\n"), ("stderr", "c\n"), ("stdout", "d\n"),
+    ]
