@@ -182,11 +182,11 @@ def problems(chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS) -> list[str]:
     for name in sorted(set(nbs) - set(srcs)):
         found.append(f"{nbs[name].name}: notebook has no source {name}.md")
     for name in sorted(set(srcs) & set(nbs)):
-        found.extend(_pair_problems(srcs[name], nbs[name]))
+        found.extend(pair_problems(srcs[name], nbs[name]))
     return found
 
 
-def _pair_problems(source: Path, notebook: Path) -> list[str]:
+def pair_problems(source: Path, notebook: Path) -> list[str]:
     where = notebook.name
     try:
         expected = jupytext.read(source).cells

@@ -113,9 +113,10 @@ def write_nb(nb, path: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(nbtools.sources()))
 def test_chapter_matches_its_notebook(name):
-    found = nbtools.problems()
-    mine = [line for line in found if line.startswith((f"{name}.md", f"{name}.ipynb"))]
-    assert not mine, "\n".join(mine)
+    notebook = nbtools.NOTEBOOKS / f"{name}.ipynb"
+    assert notebook.exists(), f"{name}.md has no notebook {name}.ipynb (run make notebooks)"
+    found = nbtools.pair_problems(nbtools.CHAPTERS / f"{name}.md", notebook)
+    assert not found, "\n".join(found)
 
 
 def test_no_orphan_notebooks_or_sources():
