@@ -1,0 +1,359 @@
+"""Greedy decoding, evaluation and pickle-free checkpoints for the tiny translator.
+
+A checkpoint is one ``.npz`` file (NumPy's zip of arrays): every tensor of the
+model's ``state_dict`` as a float32 array, plus one string array ``__meta__`` holding
+JSON — the model's constructor arguments and both vocabularies. It is read with
+``np.load(..., allow_pickle=False)``, so loading a checkpoint can never run code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mha.corpus import Example, Vocab, tokenize
+from mha.modules import AttentionMaps, Transformer
+
+__all__ = [
+    "CHECKPOINT",
+    "Translator",
+    "exact_match",
+    "greedy_decode",
+    "load_checkpoint",
+    "load_pretrained",
+    "model_config",
+    "num_threads",
+    "read_metadata",
+    "save_checkpoint",
+]
+
+#: The checkpoint shipped with the package (trained by ``python -m mha.train --save``).
+CHECKPOINT = Path(__file__).with_name("checkpoints") / "translator.npz"
+
+_META_KEY = "__meta__"
+# Constructor arguments of mha.modules.Transformer that a checkpoint records.
+_MODEL_ARGS = (
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "d_model",
+    "num_heads",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "d_ff",
+    "dropout",
+    "max_len",
+    "pad_id",
+    "norm_first",
+)
+
+
+@contextlib.contextmanager
+def num_threads(n: int) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(n)``, then restore the previous count.
+
+    The translator's matrices are tiny: a second thread only adds synchronisation (on
+    a 2-core machine with the other core busy, decoding with 2 threads measured over
+    ten times slower than with 1).
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int | None = None
+) -> Tensor:
+    """Translate a batch by always taking the most likely next token.
+
+    The source is encoded once; the decoder is re-run on the growing prefix (no cache:
+    sentences here are a dozen tokens). A row is finished once it emits ``eos_id``;
+    decoding stops when every row is finished or after ``max_new_tokens`` tokens.
+
+    Parameters
+    ----------
+    model : Transformer
+    src : Tensor
+        ``(B, S)`` source ids, padded with ``model.pad_id``.
+    bos_id, eos_id : int
+        Start and end token ids of the target vocabulary.
+    max_new_tokens : int, optional
+        Length limit (end token included); default and maximum ``model.max_len - 1``,
+        the longest prefix the positional table allows after ``<s>``.
+
+    Returns
+    -------
+    Tensor
+        ``(B, L)`` generated ids without ``<s>``, ``L <= max_new_tokens``. Each row ends
+        at its first ``eos_id``; positions after it hold ``model.pad_id``.
+    """
+    limit = model.max_len - 1
+    if max_new_tokens is None:
+        max_new_tokens = limit
+    if not 1 <= max_new_tokens <= limit:
+        raise ValueError(f"max_new_tokens must be in [1, {limit}], got {max_new_tokens}")
+    was_training = model.training
+    model.eval()
+    memory, _ = model.encode(src)  # (B, S) -> (B, S, D)
+    batch = src.shape[0]
+    out = torch.full((batch, 1), bos_id, dtype=torch.long)  # (B, 1): the <s> prefix
+    done = torch.zeros(batch, dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        logits, _, _ = model.decode(out, memory, src)  # (B, t) -> (B, t, V)
+        nxt = logits[:, -1].argmax(dim=-1)  # (B, V) -> (B,)
+        nxt = nxt.masked_fill(done, model.pad_id)  # finished rows only pad
+        out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t) -> (B, t + 1)
+        done |= nxt == eos_id
+        if bool(done.all()):
+            break
+    model.train(was_training)
+    return out[:, 1:]
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, L)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+@dataclass
+class Translator:
+    """A trained model with its two vocabularies.
+
+    Attributes
+    ----------
+    model : Transformer
+    src_vocab, tgt_vocab : Vocab
+    """
+
+    model: Transformer
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+
+    @property
+    def max_source_len(self) -> int:
+        """Longest source sentence (in words) the positional table can hold."""
+        return self.model.max_len
+
+    def _encode_sources(self, sentences: Sequence[str | Sequence[str]]) -> Tensor:
+        rows = []
+        for k, sentence in enumerate(sentences):
+            words = tokenize(sentence) if isinstance(sentence, str) else list(sentence)
+            if not words:
+                raise ValueError(f"sentence {k} is empty: {sentence!r}; give at least one word")
+            if len(words) > self.max_source_len:
+                raise ValueError(
+                    f"sentence {k} has {len(words)} words, more than the model's "
+                    f"max_len={self.max_source_len}: {' '.join(words[:8])} ..."
+                )
+            try:
+                rows.append(self.src_vocab.encode(words))
+            except ValueError as err:
+                raise ValueError(f"sentence {k} ({' '.join(words)!r}): {err}") from None
+        return _pad(rows, self.src_vocab.pad_id)
+
+    def translate(
+        self, sentences: str | Sequence[str | Sequence[str]], max_new_tokens: int | None = None
+    ) -> str | list[str]:
+        """Translate one English sentence (a ``str``) or a list of them.
+
+        Input is lower-cased and punctuation is dropped ("You are welcome." works).
+
+        Parameters
+        ----------
+        sentences : str or sequence
+            One sentence, or a list whose items are sentences (``str``) or lists of
+            words. A list is decoded as one padded batch.
+        max_new_tokens : int, optional
+            Length limit of each translation, see :func:`greedy_decode`.
+
+        Returns
+        -------
+        str or list of str
+            The Spanish translation(s), words joined by spaces, without ``</s>``.
+
+        Raises
+        ------
+        ValueError
+            For an empty sentence or list, a word outside the vocabulary (named), or a
+            sentence longer than ``max_source_len`` words.
+        """
+        single = isinstance(sentences, str)
+        batch = [sentences] if single else list(sentences)
+        if not batch:
+            raise ValueError("sentences is an empty list; give at least one sentence")
+        src = self._encode_sources(batch)  # (B, S)
+        with num_threads(1):
+            ids = greedy_decode(
+                self.model, src, self.tgt_vocab.bos_id, self.tgt_vocab.eos_id, max_new_tokens
+            )  # (B, L)
+        out = [" ".join(self.tgt_vocab.decode(row.tolist())) for row in ids]
+        return out[0] if single else out
+
+    def attention(
+        self, sentence: str, target: str | None = None
+    ) -> tuple[list[str], list[str], AttentionMaps]:
+        """Attention weights of every head while producing a translation.
+
+        The decoder is run once with teacher forcing on ``<s> + target`` (the model's own
+        greedy translation if ``target`` is None), which gives the same weights as the
+        last step of greedy decoding.
+
+        Returns
+        -------
+        source_words : list of str
+            Length S.
+        target_words : list of str
+            The decoder *input* tokens, ``["<s>", ...]``, length T. Query row ``t`` of
+            the decoder attentions is the step that writes ``target_words[t + 1]``
+            (the last row writes ``</s>``).
+        maps : AttentionMaps
+            ``encoder`` (1, H, S, S), ``decoder_self`` (1, H, T, T), ``cross`` (1, H, T, S)
+            per layer, detached.
+        """
+        src = self._encode_sources([sentence])  # (1, S)
+        if target is None:
+            target = str(self.translate(sentence))
+        tgt_words = tokenize(target)
+        tgt_in = torch.tensor([self.tgt_vocab.encode(tgt_words, add_bos=True)])  # (1, T)
+        self.model.eval()
+        with torch.no_grad():
+            _, maps = self.model(src, tgt_in, need_weights=True)
+        return tokenize(sentence), ["<s>", *tgt_words], maps
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write a pickle-free checkpoint (see :func:`save_checkpoint`)."""
+        save_checkpoint(path, self)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Translator:
+        """Read a checkpoint written by :meth:`save`."""
+        return load_checkpoint(path)
+
+
+def model_config(model: Transformer) -> dict[str, object]:
+    """The constructor arguments that rebuild ``model``'s architecture."""
+    enc = model.encoder_layers
+    dec = model.decoder_layers
+    first = enc[0] if len(enc) else dec[0]
+    return {
+        "src_vocab_size": model.src_embedding.num_embeddings,
+        "tgt_vocab_size": model.tgt_embedding.num_embeddings,
+        "d_model": model.d_model,
+        "num_heads": model.num_heads,
+        "num_encoder_layers": len(enc),
+        "num_decoder_layers": len(dec),
+        "d_ff": first.feed_forward.linear1.out_features,
+        "dropout": first.feed_forward.dropout.p,
+        "max_len": model.max_len,
+        "pad_id": model.pad_id,
+        "norm_first": first.norm_first,
+    }
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str], translator: Translator, extra: dict[str, object] | None = None
+) -> None:
+    """Save model weights, architecture and vocabularies to one ``.npz`` without pickle.
+
+    Parameters
+    ----------
+    path : path-like
+        Destination; ``.npz`` is appended by NumPy if missing.
+    translator : Translator
+    extra : dict, optional
+        JSON-serialisable notes stored with the metadata (e.g. training settings and
+        scores).
+    """
+    meta = {
+        "model": model_config(translator.model),
+        "src_vocab": translator.src_vocab.tokens,
+        "tgt_vocab": translator.tgt_vocab.tokens,
+        "extra": extra or {},
+    }
+    arrays = {
+        name: t.detach().to(torch.float32).cpu().numpy()
+        for name, t in translator.model.state_dict().items()
+    }
+    if _META_KEY in arrays:
+        raise ValueError(f"a state_dict entry is called {_META_KEY!r}")
+    arrays[_META_KEY] = np.array(json.dumps(meta, ensure_ascii=False))  # unicode, not object
+    np.savez_compressed(path, **arrays)
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
+    """The JSON metadata of a checkpoint (architecture, vocabularies, extra notes)."""
+    with np.load(path, allow_pickle=False) as data:
+        return json.loads(str(data[_META_KEY]))
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
+    """Rebuild a :class:`Translator` from a checkpoint, never unpickling anything.
+
+    Raises
+    ------
+    ValueError
+        If the file lacks the metadata or its tensors do not match the architecture.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        if _META_KEY not in data.files:
+            raise ValueError(f"{path} is not a translator checkpoint: no {_META_KEY!r} entry")
+        meta = json.loads(str(data[_META_KEY]))
+        state = {k: torch.from_numpy(data[k]) for k in data.files if k != _META_KEY}
+    config = {k: meta["model"][k] for k in _MODEL_ARGS}
+    model = Transformer(**config)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(
+            f"{path} does not match Transformer({config}): missing {missing}, "
+            f"unexpected {unexpected}"
+        )
+    model.eval()
+    src_vocab = Vocab.from_json(json.dumps(meta["src_vocab"]))
+    tgt_vocab = Vocab.from_json(json.dumps(meta["tgt_vocab"]))
+    return Translator(model, src_vocab, tgt_vocab)
+
+
+def load_pretrained() -> Translator:
+    """Load the checkpoint shipped in ``mha/checkpoints/`` (about a second)."""
+    return load_checkpoint(CHECKPOINT)
+
+
+def exact_match(
+    translator: Translator, examples: Sequence[Example], batch_size: int = 1000
+) -> float:
+    """Fraction of ``examples`` whose greedy translation equals the reference exactly.
+
+    Parameters
+    ----------
+    translator : Translator
+    examples : sequence of Example
+    batch_size : int
+        Sentences decoded at once.
+
+    Returns
+    -------
+    float
+        Whole-sentence accuracy in [0, 1].
+    """
+    if not examples:
+        raise ValueError("examples is empty")
+    hits = 0
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        out = translator.translate([list(e.source) for e in chunk])
+        hits += sum(o == e.spanish for o, e in zip(out, chunk, strict=True))
+    return hits / len(examples)

@@ -1,0 +1,157 @@
+"""Greedy decoding, the translator's error messages, and pickle-free checkpoints."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from mha.corpus import FIXED_PHRASES, Vocab, generate_corpus
+from mha.modules import Transformer
+from mha.translate import (
+    CHECKPOINT,
+    Translator,
+    exact_match,
+    greedy_decode,
+    load_checkpoint,
+    load_pretrained,
+    read_metadata,
+    save_checkpoint,
+)
+
+BOS, EOS = Vocab.bos_id, Vocab.eos_id
+
+
+@pytest.fixture(scope="module")
+def translator() -> Translator:
+    return load_pretrained()
+
+
+def _constant_model(token: int, vocab_size: int = 6) -> Transformer:
+    """A model whose every next-token prediction is ``token`` (zero weights, one bias)."""
+    torch.manual_seed(0)
+    model = Transformer(5, vocab_size, d_model=8, num_heads=2, d_ff=16, max_len=12)
+    with torch.no_grad():
+        model.output.weight.zero_()
+        model.output.bias.fill_(-5.0)
+        model.output.bias[token] = 5.0
+    return model
+
+
+def test_greedy_decode_stops_at_end_token():
+    src = torch.tensor([[3, 4, 0], [3, 3, 4]])  # (B, S), first row padded
+    out = greedy_decode(_constant_model(EOS), src, BOS, EOS)
+    assert out.tolist() == [[EOS], [EOS]]  # one step: every row emitted </s>
+
+
+def test_greedy_decode_stops_at_length_limit():
+    src = torch.tensor([[3, 4]])
+    model = _constant_model(4)  # never emits </s>
+    assert greedy_decode(model, src, BOS, EOS, max_new_tokens=5).tolist() == [[4] * 5]
+    # Default limit: as long as the positional table allows after <s>.
+    assert greedy_decode(model, src, BOS, EOS).shape == (1, model.max_len - 1)
+    with pytest.raises(ValueError, match=r"max_new_tokens must be in \[1, 11\], got 12"):
+        greedy_decode(model, src, BOS, EOS, max_new_tokens=12)
+
+
+def test_greedy_decode_pads_rows_after_their_end_token(translator):
+    # A short and a long sentence in one batch: the short one's row must end in padding.
+    src = translator._encode_sources(["hello", "the black cats see my old wolves"])
+    ids = greedy_decode(translator.model, src, BOS, EOS)
+    short = ids[0].tolist()
+    end = short.index(EOS)
+    assert end == 1 and set(short[end + 1 :]) == {Vocab.pad_id}
+
+
+def test_shipped_model_translates_the_seed_example(translator):
+    assert translator.translate("You are welcome.") == "de nada"
+    assert translator.translate("the black cats sleep") == "los gatos negros duermen"
+
+
+@pytest.mark.parametrize(("english", "spanish"), FIXED_PHRASES)
+def test_shipped_model_knows_every_fixed_phrase(translator, english, spanish):
+    assert translator.translate(english) == spanish
+
+
+def test_batch_equals_one_by_one(translator):
+    sentences = ["hello", "the black cats sleep", "a girl sees the old wolves", "thank you"]
+    batch = translator.translate(sentences)
+    assert batch == [translator.translate(s) for s in sentences]
+
+
+def test_shipped_checkpoint_scores(translator):
+    meta = read_metadata(CHECKPOINT)
+    config = meta["extra"]["train_config"]
+    corpus = generate_corpus(
+        config["seed"],
+        num_train=config["num_train"],
+        num_heldout=config["num_heldout"],
+        num_compositional=config["num_compositional"],
+    )
+    heldout = exact_match(translator, corpus.heldout)
+    assert heldout == pytest.approx(meta["extra"]["scores"]["heldout"], abs=1e-9)
+    assert heldout >= 0.99
+
+
+def test_shipped_checkpoint_is_small():
+    assert CHECKPOINT.stat().st_size < 300_000
+
+
+def test_checkpoint_loads_without_pickle(tmp_path, monkeypatch, translator):
+    path = tmp_path / "model.npz"
+    save_checkpoint(path, translator, extra={"note": "test"})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a checkpoint must not be unpickled")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+    with np.load(path, allow_pickle=False) as data:  # would raise on an object array
+        assert all(data[k].dtype != object for k in data.files)
+    loaded = load_checkpoint(path)
+    for (name, a), (_, b) in zip(
+        translator.model.state_dict().items(), loaded.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert loaded.src_vocab == translator.src_vocab and loaded.tgt_vocab == translator.tgt_vocab
+    assert read_metadata(path)["extra"] == {"note": "test"}
+    sentence = "my happy goats find a fast bear"
+    assert loaded.translate(sentence) == translator.translate(sentence)
+
+
+def test_not_a_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "other.npz"
+    np.savez(path, weights=np.zeros(3))
+    with pytest.raises(ValueError, match="not a translator checkpoint"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    ("sentences", "message"),
+    [
+        ("the cat sleeps on the sofa", r"unknown word\(s\) \['on', 'sofa'\]"),
+        ("", "sentence 0 is empty"),
+        ("  ?! ", "sentence 0 is empty"),
+        (["hello", ""], "sentence 1 is empty"),
+        ([], "empty list"),
+        (" ".join(["the cat sleeps and"] * 9), "more than the model's max_len=32"),
+    ],
+)
+def test_bad_input_gets_a_clear_message(translator, sentences, message):
+    with pytest.raises(ValueError, match=message):
+        translator.translate(sentences)
+
+
+def test_attention_maps_have_one_panel_per_head(translator):
+    src, tgt, maps = translator.attention("the black cats sleep")
+    assert tgt == ["<s>", "los", "gatos", "negros", "duermen"]
+    S, T, H = len(src), len(tgt), translator.model.num_heads
+    n_enc, n_dec = len(translator.model.encoder_layers), len(translator.model.decoder_layers)
+    assert [tuple(w.shape) for w in maps.encoder] == [(1, H, S, S)] * n_enc
+    assert [tuple(w.shape) for w in maps.decoder_self] == [(1, H, T, T)] * n_dec
+    assert [tuple(w.shape) for w in maps.cross] == [(1, H, T, S)] * n_dec
+    for w in (*maps.encoder, *maps.decoder_self, *maps.cross):
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
