@@ -53,15 +53,18 @@ site-build: setup
 lint: setup
 	$(BIN)/ruff check mha tests book/notebooks book/_ext
 
+# Two workers (this machine has two cores); one file per worker keeps module fixtures.
+XDIST := -n 2 --dist loadfile
+
 unit: setup
-	$(PY) -m pytest tests -m "not browser" --cov=mha --cov-report=term
+	$(PY) -m pytest tests -m "not browser" $(XDIST) --cov=mha --cov-report=term --cov-fail-under=95
 
 check-notebooks: setup
 	$(PY) tests/nbtools.py check
 
 nbval: setup
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		book/notebooks
+		$(XDIST) book/notebooks
 
 browser: setup
 	$(PY) -m pytest tests -m browser

@@ -414,6 +414,14 @@ def test_transformer_figure_highlights_the_three_attentions():
     assert len([p for p in ax.patches if p.get_gid() == "layer"]) == 2
 
 
+def test_transformer_figure_predicts_the_target_shifted_left():
+    fig = draw.transformer_figure(source="the black cats", target="<s> los gatos negros")
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert "probabilities of the next token: los gatos negros <eos>" in labels
+    assert not any("De nada" in label for label in labels)
+    plt.close(fig)
+
+
 # --- every figure: deterministic, readable, described ------------------------------------
 
 

@@ -271,6 +271,7 @@ def test_strict_build_fails_on_broken_reference(tmp_path):
     shutil.copy(ROOT / "_config.yml", site / "_config.yml")
     shutil.copy(ROOT / "references.bib", site / "references.bib")
     (site / "book" / "_vendor" / "site").mkdir(parents=True)
+    shutil.copytree(ROOT / "book" / "_ext", site / "book" / "_ext")
     (site / "_toc.yml").write_text("format: jb-book\nroot: book/intro\n")
     (site / "book" / "intro.md").write_text(
         "# Intro\n\nSee {ref}`a-label-that-does-not-exist`.\n"

@@ -92,7 +92,8 @@ def transformer_figure(*, source: str = "You are welcome",
     source : str
         Encoder input, written under the encoder.
     target : str
-        Decoder input (the target shifted right), written under the decoder.
+        Decoder input (the target shifted right, starting with a start token), written
+        under the decoder; the output label shows it shifted back left, ending in <eos>.
 
     Returns
     -------
@@ -141,7 +142,9 @@ def transformer_figure(*, source: str = "You are welcome",
     _frame(ax, _DEC_X, _DEC_W, d[1][0], d[6][1], "decoder layer × N", "right")
     out_top = d[-1][1]
     _arrow(ax, (_DEC_X, out_top), (_DEC_X, out_top + _GAP))
-    ax.text(_DEC_X, out_top + _GAP + 0.14, "probabilities of the next token: De nada <eos>",
+    # The decoder predicts its input shifted left by one: drop the start token, add <eos>.
+    predicted = " ".join(target.split()[1:] + ["<eos>"])
+    ax.text(_DEC_X, out_top + _GAP + 0.14, f"probabilities of the next token: {predicted}",
             ha="center", va="center", fontsize=_FONT)
 
     # The encoder's output ("memory") feeds K and V of every cross-attention.
