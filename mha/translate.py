@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mha.corpus import Example, Vocab, tokenize
+from mha.corpus import FIXED_PHRASES, Example, Vocab, tokenize
 from mha.modules import AttentionMaps, Transformer
 
 __all__ = [
@@ -121,6 +121,10 @@ def greedy_decode(
     return out[:, 1:]
 
 
+# The only one-word sentences of the corpus ("hello", "please", ...).
+_ONE_WORD = {en for en, _ in FIXED_PHRASES if len(en.split()) == 1}
+
+
 def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> Tensor:
     width = max(len(r) for r in rows)
     out = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, L)
@@ -188,13 +192,21 @@ class Translator:
         Raises
         ------
         ValueError
-            For an empty sentence or list, a word outside the vocabulary (named), or a
-            sentence longer than ``max_source_len`` words.
+            For an empty sentence or list, a word outside the vocabulary (named), a
+            sentence longer than ``max_source_len`` words, or a list of single words
+            (most likely one sentence split by mistake).
         """
         single = isinstance(sentences, str)
         batch = [sentences] if single else list(sentences)
         if not batch:
             raise ValueError("sentences is an empty list; give at least one sentence")
+        one_word = [s for s in batch if isinstance(s, str) and len(s.split()) == 1]
+        if len(batch) > 1 and len(one_word) == len(batch) and not set(one_word) <= _ONE_WORD:
+            # ["the", "cat"] would silently translate each word as a sentence of its own.
+            raise ValueError(
+                f"sentences {batch[:6]!r} looks like one sentence split into words; pass "
+                "it as one string, or as a list of word lists: [['the', 'cat', ...]]"
+            )
         src = self._encode_sources(batch)  # (B, S)
         with num_threads(1):
             ids = greedy_decode(

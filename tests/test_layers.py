@@ -15,14 +15,7 @@ from mha.masks import (
 )
 from mha.modules import DecoderLayer, EncoderLayer, FeedForward
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny tensors: a second thread only adds synchronisation. Restored afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}

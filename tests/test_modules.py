@@ -27,15 +27,8 @@ from mha.masks import (
 )
 from mha.modules import MultiHeadAttention
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """These tensors are tiny: a second thread only adds synchronisation, which made each
-    test ~20x slower when the other core was busy. Restored for the other test files."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+# Tiny tensors: a second thread made each test ~20x slower when the other core was busy.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}

@@ -20,14 +20,7 @@ from mha.modules import (
 )
 from mha.positional import sinusoidal_positional_encoding
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny tensors: a second thread only adds synchronisation. Restored afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 PAD = 0

@@ -137,12 +137,17 @@ def test_not_a_checkpoint_is_refused(tmp_path):
         ("  ?! ", "sentence 0 is empty"),
         (["hello", ""], "sentence 1 is empty"),
         ([], "empty list"),
+        (["the", "black", "cat", "sleeps"], "looks like one sentence split into words"),
         (" ".join(["the cat sleeps and"] * 9), "more than the model's max_len=32"),
     ],
 )
 def test_bad_input_gets_a_clear_message(translator, sentences, message):
     with pytest.raises(ValueError, match=message):
         translator.translate(sentences)
+
+
+def test_a_list_of_one_word_phrases_is_still_a_batch(translator):
+    assert translator.translate(["hello", "please"]) == ["hola", "por favor"]
 
 
 def test_attention_maps_have_one_panel_per_head(translator):
