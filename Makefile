@@ -18,7 +18,7 @@ NB ?=
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help setup book test lint unit notebooks check-notebooks nbval site-build browser bench clean
+.PHONY: help setup book test lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
