@@ -422,6 +422,153 @@ def test_transformer_figure_predicts_the_target_shifted_left():
     plt.close(fig)
 
 
+# --- line plots and vectors --------------------------------------------------------------
+
+
+def series_lines(ax: Axes) -> list:
+    return [line for line in ax.get_lines() if line.get_gid() == "series"]
+
+
+def legend_texts(ax: Axes) -> list[str]:
+    legend = ax.get_legend()
+    return [] if legend is None else [t.get_text() for t in legend.get_texts()]
+
+
+def two_panels() -> Figure:
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    return draw.curves_figure([
+        draw.CurvePanel([draw.Series(x, x**2, "square", marker="o"),
+                         draw.Series(x, 3 * x, "triple", linestyle="--")],
+                        title="left", xlabel="n", ylabel="cost", logx=True, logy=True,
+                        log_base=2),
+        draw.CurvePanel([draw.Series([0, 1, 2], [0.5, 0.25, 0.125], "halves")],
+                        title="right", hlines=[draw.RefLine(0.3, "floor"),
+                                               draw.RefLine(0.0)], legend=None),
+    ])
+
+
+def test_curves_figure_draws_each_series_with_its_data_and_label():
+    left, right = two_panels().axes
+    lines = series_lines(left)
+    assert [line.get_label() for line in lines] == ["square", "triple"]
+    np.testing.assert_array_equal(lines[0].get_xdata(), [1, 2, 4, 8])
+    np.testing.assert_array_equal(lines[0].get_ydata(), [1, 4, 16, 64])
+    np.testing.assert_array_equal(lines[1].get_ydata(), [3, 6, 12, 24])
+    assert lines[0].get_marker() == "o" and lines[1].get_linestyle() == "--"
+    # the book's palette, in order
+    assert [to_rgba(line.get_color()) for line in lines] == [
+        to_rgba(draw.head_color(0)), to_rgba(draw.head_color(1))]
+    assert legend_texts(left) == ["square", "triple"]
+    assert left.get_xscale() == "log" and left.get_yscale() == "log"
+    assert left.xaxis.get_transform().base == 2
+    assert (left.get_title(), left.get_xlabel(), left.get_ylabel()) == ("left", "n", "cost")
+    assert right.get_xscale() == "linear" and right.get_title() == "right"
+    np.testing.assert_array_equal(series_lines(right)[0].get_ydata(), [0.5, 0.25, 0.125])
+
+
+def test_curves_figure_reference_lines_and_legend_switch():
+    right = two_panels().axes[1]
+    hlines = [line for line in right.get_lines() if line.get_gid() == "hline"]
+    assert [tuple(line.get_ydata()) for line in hlines] == [(0.3, 0.3), (0.0, 0.0)]
+    assert hlines[0].get_linestyle() == "--"
+    assert right.get_legend() is None  # legend=None
+    fig = draw.curves_figure(draw.CurvePanel(
+        [draw.Series([1, 2], [1, 2], "y")], hlines=[draw.RefLine(1.5, "floor"),
+                                                    draw.RefLine(0.5)]))
+    assert legend_texts(fig.axes[0]) == ["y", "floor"]  # unlabelled lines stay out
+
+
+def test_curves_figure_secondary_axis_and_point_labels():
+    fig = draw.curves_figure(draw.CurvePanel(
+        [draw.Series([1, 2, 3], [3.0, 2.0, 1.0], "loss"),
+         draw.Series([1, 2, 3], [0.1, 0.2, 0.3], "lr", secondary=True),
+         draw.Series([2], [2.5], "k0", marker="o", linestyle="", annotate=True)],
+        ylabel="loss", ylabel2="learning rate", ylim=(0, None)))
+    main, twin = fig.axes
+    assert [line.get_label() for line in series_lines(main)] == ["loss", "k0"]
+    (lr,) = series_lines(twin)
+    np.testing.assert_array_equal(lr.get_ydata(), [0.1, 0.2, 0.3])
+    assert twin.get_ylabel() == "learning rate" and main.get_ylim()[0] == 0
+    assert to_rgba(twin.yaxis.label.get_color()) == to_rgba(lr.get_color())
+    assert legend_texts(twin) == ["loss", "lr"]  # the annotated point is not in the legend
+    notes = [t.get_text() for t in main.texts if t.get_gid() == "point_label"]
+    assert notes == ["k0"]
+    assert series_lines(main)[1].get_linestyle() == "None"
+
+
+@pytest.mark.parametrize(
+    ("panels", "kwargs", "message"),
+    [
+        ([], {}, "non-empty sequence"),
+        ([draw.CurvePanel([])], {}, r"panels\[0\].series must be a non-empty"),
+        ([draw.CurvePanel([draw.Series([1, 2, 3], [1, 2], "a")])], {},
+         r"panels\[0\].series\[0\].x and .*shapes \(3,\) and \(2,\)"),
+        ([draw.CurvePanel([draw.Series(np.ones((2, 2)), np.ones((2, 2)))])], {}, "1-D"),
+        ([draw.CurvePanel([draw.Series([0, 1], [1, 2])], logx=True)], {}, "positive on a log x"),
+        ([draw.CurvePanel([draw.Series([1, 2], [1, 2])])], {"width": 9}, "width must be"),
+        ([draw.CurvePanel([draw.Series([1, 2], [1, 2])])], {"width_ratios": [1, 2]},
+         "width_ratios has 2 entries"),
+        (["not a panel"], {}, "must be a draw.CurvePanel"),
+    ],
+)
+def test_curves_figure_rejects_bad_input(panels, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        draw.curves_figure(panels, **kwargs)
+
+
+def arrows(ax: Axes) -> list:
+    return [p for p in ax.patches if p.get_gid() == "vector"]
+
+
+def test_vectors_figure_draws_one_labelled_arrow_per_vector():
+    keys = np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, -0.5]])
+    fig = draw.vectors_figure(keys, np.array([0.5, 0.5]), labels=["a", "b", "c"],
+                              title="keys")
+    (ax,) = fig.axes
+    drawn = arrows(ax)
+    assert len(drawn) == 4  # three vectors and the query
+    # each arrow runs from the origin to its vector's tip
+    for arrow, tip in zip(drawn, [*keys, [0.5, 0.5]], strict=True):
+        start, end = arrow._posA_posB
+        assert start == (0.0, 0.0)
+        np.testing.assert_array_equal(end, tip)
+    assert [to_rgba(a.get_edgecolor()) for a in drawn[:3]] == [
+        to_rgba(draw.head_color(i)) for i in range(3)]
+    assert to_rgba(drawn[3].get_edgecolor()) == to_rgba("black")
+    labels = [t for t in ax.texts if t.get_gid() == "vector_label"]
+    assert [t.get_text() for t in labels] == ["a", "b", "c", "q"]
+    assert [t.xy for t in labels] == [tuple(k) for k in keys] + [(0.5, 0.5)]
+    assert ax.get_aspect() == 1.0 and ax.get_title() == "keys"
+    # every tip is inside the axes
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert x0 < -1 and x1 > 1 and y0 < -0.5 and y1 > 2
+    assert "labelled a, b, c" in draw.alt_text(fig)
+
+
+def test_vectors_figure_default_labels_and_no_query():
+    fig = draw.vectors_figure(torch.tensor([[1.0, 1.0], [2.0, -1.0]]))
+    ax = fig.axes[0]
+    assert len(arrows(ax)) == 2
+    assert [t.get_text() for t in ax.texts if t.get_gid() == "vector_label"] == ["v0", "v1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((np.ones((3, 3)),), {}, r"vectors must have shape \(N, 2\).*\(3, 3\)"),
+        ((np.ones(2),), {}, r"vectors must have shape \(N, 2\)"),
+        ((np.ones((0, 2)),), {}, "N >= 1"),
+        ((np.ones((2, 2)), np.ones(3)), {}, r"query must have shape \(2,\), got shape \(3,\)"),
+        ((np.ones((2, 2)),), {"labels": ["a"]}, r"labels must have one entry per vector \(N = 2"),
+        ((np.ones((2, 2)),), {"colors": ["red"]}, "colors must have one entry"),
+        ((np.array([[1.0, np.nan]]),), {}, "finite"),
+    ],
+)
+def test_vectors_figure_rejects_bad_input(args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        draw.vectors_figure(*args, **kwargs)
+
+
 # --- every figure: deterministic, readable, described ------------------------------------
 
 
@@ -448,6 +595,17 @@ def _builders(t: int = 3, d: int = 6) -> dict[str, Callable[[], Figure]]:
                                                     key_tokens=tgt),
         "grid": lambda: draw.attention_grid([steps.weights] * 2),
         "transformer": draw.transformer_figure,
+        "curves": lambda: draw.curves_figure([
+            draw.CurvePanel([draw.Series(np.arange(1, t + 1), x[0, :, 0], "x", marker="o"),
+                             draw.Series(np.arange(1, t + 1), x[0, :, 1], "lr",
+                                         secondary=True)],
+                            title="two series", xlabel="step", ylabel="value",
+                            ylabel2="rate", hlines=[draw.RefLine(0.0, "zero")]),
+            draw.CurvePanel([draw.Series(2.0 ** np.arange(d), np.arange(d) + 1.0, "n")],
+                            logx=True, logy=True, log_base=2),
+        ]),
+        "vectors": lambda: draw.vectors_figure(x[0, :, :2], x[0, 0, 2:4], labels=src,
+                                               title="vectors"),
     }
 
 

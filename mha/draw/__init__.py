@@ -12,6 +12,8 @@ Import as ``from mha import draw``. Every function returns a
   :func:`padding_mask_figure`
 - weights as heatmaps: :func:`attention_heatmaps`, :func:`attention_grid`
 - the model: :func:`transformer_figure`
+- numbers and vectors: :func:`curves_figure` (:class:`CurvePanel`, :class:`Series`,
+  :class:`RefLine`), :func:`vectors_figure`
 
 Figures are at most 8 inches wide (the book's text width at 100 dpi), use no
 font below 8 pt, and have a white background so they read in dark mode too.
@@ -21,6 +23,7 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
 from mha.draw.pipeline import attention_pipeline_figure
+from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
 from mha.draw.style import HEAD_COLORS, alt_text, head_cmap, head_color, head_fill
 from mha.draw.tensors import merge_heads_figure, split_heads_figure, tensor_grid
 from mha.draw.transformer import ATTENTION_COLORS, transformer_figure
@@ -28,12 +31,16 @@ from mha.draw.weights import matmul_per_head_figure, weight_matrix_figure
 
 __all__ = [
     "ATTENTION_COLORS",
+    "CurvePanel",
     "HEAD_COLORS",
     "MaskPanel",
+    "RefLine",
+    "Series",
     "alt_text",
     "attention_grid",
     "attention_heatmaps",
     "attention_pipeline_figure",
+    "curves_figure",
     "head_cmap",
     "head_color",
     "head_fill",
@@ -45,5 +52,6 @@ __all__ = [
     "split_heads_figure",
     "tensor_grid",
     "transformer_figure",
+    "vectors_figure",
     "weight_matrix_figure",
 ]
