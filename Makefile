@@ -18,11 +18,12 @@ NB ?=
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help setup book test lint unit notebooks check-notebooks nbval site-build browser bench lab clean
+.PHONY: help setup book test portability lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
 	@echo "make test        run every test: lint, unit, notebooks, nbval, strict build, browser"
+	@echo "make portability nbval over every notebook on simulated older CPUs (CI runs it too)"
 	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
 	@echo "make lab         open the book in JupyterLab"
 
@@ -76,6 +77,10 @@ test: setup
 	$(MAKE) --no-print-directory site-build
 	$(MAKE) --no-print-directory browser
 	@echo "make test: every check passed"
+
+# The stored outputs must not depend on the CPU: nbval again, as if on two other CPUs.
+portability: setup
+	$(PY) tests/simulated_cpu.py
 
 notebooks: setup
 	$(PY) tests/nbtools.py regen $(NB)
