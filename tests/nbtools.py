@@ -7,9 +7,10 @@ Each chapter has two files:
   site renders and nbval re-runs.
 
 ``python tests/nbtools.py regen [NAME ...]`` rebuilds notebooks from their sources
-with fresh outputs. Cell ids are kept where a cell is unchanged, new ids are derived
-from the cell's content, and no timestamps are written, so regenerating twice from
-unchanged sources gives byte-identical files.
+with fresh outputs (jupytext pairs the cells, nbclient runs them, nbformat writes).
+Cell ids are kept where a cell is unchanged, new ids are derived from the cell's
+content, and no timestamps are written, so regenerating twice from unchanged
+sources gives byte-identical files.
 
 ``python tests/nbtools.py check`` lists every disagreement between sources and
 notebooks (the same checks ``tests/test_notebooks.py`` runs) and exits non-zero if
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -75,63 +75,32 @@ def _content_id(cell, taken: set[str]) -> str:
     raise RuntimeError("could not find a free cell id")  # pragma: no cover
 
 
-def assign_ids(new_nb, old_nb=None) -> None:
-    """Give ``new_nb``'s cells stable ids: reuse the old id of an unchanged cell."""
-    old_cells = old_nb.cells if old_nb is not None else []
-    key = [(c["cell_type"], _source_text(c)) for c in old_cells]
-    new_key = [(c["cell_type"], _source_text(c)) for c in new_nb.cells]
-    ids: list[str | None] = [None] * len(new_nb.cells)
-    matcher = difflib.SequenceMatcher(a=key, b=new_key, autojunk=False)
-    for block in matcher.get_matching_blocks():
-        for offset in range(block.size):
-            old_id = old_cells[block.a + offset].get("id")
-            if old_id:
-                ids[block.b + offset] = old_id
-    taken = {i for i in ids if i}
-    for index, cell in enumerate(new_nb.cells):
-        if ids[index] is None:
-            ids[index] = _content_id(cell, taken)
-            taken.add(ids[index])
-        cell["id"] = ids[index]
+def _stable_new_ids(nb, old_nb) -> None:
+    """Give cells that no old cell matched an id derived from their content.
 
-
-def merge_streams(outputs: list) -> list:
-    """Join consecutive prints to the same stream into one output.
-
-    The kernel flushes stdout in chunks whose boundaries depend on timing, so the
-    same cell can store one output on one run and three on the next.
+    jupytext hands every cell it reads a random id; a cell it matched to a stored one
+    carries that cell's id instead (see :func:`regenerate`). Only the new cells need
+    one that does not change from run to run.
     """
-    merged: list = []
-    for out in outputs:
-        previous = merged[-1] if merged else None
-        if (
-            previous is not None
-            and out.get("output_type") == "stream"
-            and previous.get("output_type") == "stream"
-            and previous.get("name") == out.get("name")
-        ):
-            previous["text"] = "".join(previous["text"]) + "".join(out["text"])
-        else:
-            merged.append(out)
-    return merged
-
-
-def clean(nb) -> None:
-    """Drop what changes from run to run: timestamps, machine details, stream chunking."""
+    old_ids = {c.get("id") for c in old_nb.cells} if old_nb is not None else set()
+    taken = {c["id"] for c in nb.cells if c.get("id") in old_ids}
     for cell in nb.cells:
-        if cell["cell_type"] == "code":
-            cell["outputs"] = merge_streams(cell["outputs"])
-        for key in EXECUTION_METADATA & set(cell.get("metadata", {})):
-            del cell["metadata"][key]
-    info = nb.metadata.get("language_info")
-    if info is not None:
-        info.pop("version", None)
+        if cell.get("id") not in old_ids:
+            cell["id"] = _content_id(cell, taken)
+            taken.add(cell["id"])
 
 
 def regenerate(
     name: str, chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS, timeout: int = 900
 ) -> Path:
-    """Rebuild ``<folder>/<name>.ipynb`` from ``<chapters>/<name>.md``, with fresh outputs."""
+    """Rebuild ``<folder>/<name>.ipynb`` from ``<chapters>/<name>.md``, with fresh outputs.
+
+    The source's cells are matched with the stored notebook's by jupytext (the
+    function behind ``jupytext --update``), so an unchanged cell keeps its id;
+    nbclient runs them without writing timings and with consecutive prints merged
+    (the kernel flushes in chunks whose boundaries depend on timing).
+    """
+    from jupytext.combine import combine_inputs_with_outputs
     from nbclient import NotebookClient
 
     source = chapters / f"{name}.md"
@@ -139,22 +108,24 @@ def regenerate(
         raise FileNotFoundError(f"no chapter source {source}")
     target = folder / f"{name}.ipynb"
     nb = jupytext.read(source)
-    nb.nbformat, nb.nbformat_minor = 4, 5
+    folder.mkdir(parents=True, exist_ok=True)
     old = nbformat.read(target, as_version=4) if target.exists() else None
-    assign_ids(nb, old)
+    if old is not None:
+        nb = combine_inputs_with_outputs(nb, old, fmt="md:myst")
+    _stable_new_ids(nb, old)
     client = NotebookClient(
         nb,
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(folder)}},
+        record_timing=False,
+        coalesce_streams=True,
     )
     # Keyword arguments of execute() reach the kernel manager: the kernel gets this env.
     client.execute(env=kernel_env())
-    clean(nb)
+    nb.metadata.get("language_info", {}).pop("version", None)  # the patch level varies
     nbformat.validate(nb)
-    folder.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    target.write_text(text, encoding="utf-8")
+    nbformat.write(nb, target)
     return target
 
 

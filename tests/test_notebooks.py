@@ -287,17 +287,28 @@ def test_strict_build_fails_on_broken_reference(tmp_path):
     assert "intro.md" in report, report
 
 
-def test_consecutive_prints_are_merged_into_one_output():
-    outputs = [
-        nbformat.v4.new_output("stream", name="stdout", text="a\n"),
-        nbformat.v4.new_output("stream", name="stdout", text="b\n"),
-        nbformat.v4.new_output("stream", name="stderr", text="c\n"),
-        nbformat.v4.new_output("stream", name="stdout", text="d\n"),
-    ]
-    merged = nbtools.merge_streams(outputs)
-    assert [(o["name"], o["text"]) for o in merged] == [
-        ("stdout", "a\nb\n"), ("stderr", "c\n"), ("stdout", "d\n"),
-    ]
+@pytest.mark.slow
+def test_regenerate_merges_prints_into_one_output(tmp_path):
+    """Prints flushed apart in time still land in one stored output per stream."""
+    chapters, folder = tmp_path / "chapters", tmp_path / "notebooks"
+    chapters.mkdir()
+    (chapters / "01_prints.md").write_text(HEADER + textwrap.dedent(
+        """
+        ```{code-cell} ipython3
+        import sys
+        import time
+
+        for i in range(3):
+            print(i, flush=True)
+            time.sleep(0.05)
+        print("to stderr", file=sys.stderr, flush=True)
+        print("end", flush=True)
+        ```
+        """
+    ))
+    nb = read_nb(nbtools.regenerate("01_prints", chapters, folder))
+    outputs = [(o["name"], o["text"]) for o in nb.cells[0].outputs]
+    assert outputs == [("stdout", "0\n1\n2\n"), ("stderr", "to stderr\n"), ("stdout", "end\n")]
 
 
 # --- outputs that nbval does not compare ---------------------------------------------

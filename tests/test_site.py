@@ -19,19 +19,24 @@ def _missing(reason: str):
     pytest.skip(reason)
 
 
+# pytest-playwright provides the browser, context and page fixtures; these two
+# fixtures of its own point it at the system's Chromium and set the window size.
 @pytest.fixture(scope="session")
-def browser():
+def browser_type_launch_args(browser_type_launch_args):
     executable = site_check.chromium_path()
     if executable is None:
         _missing(site_check.INSTALL_HINT)
-    from playwright.sync_api import sync_playwright
+    return {
+        **browser_type_launch_args,
+        "executable_path": executable,
+        "headless": True,
+        "args": site_check.CHROMIUM_ARGS,
+    }
 
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=site_check.CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    return {**browser_context_args, "viewport": {"width": 1200, "height": 900}}
 
 
 @pytest.fixture(scope="session")
@@ -40,13 +45,6 @@ def served_site():
         _missing("no built site at _build/html: run `make book` first")
     with site_check.serve(HTML) as origin:
         yield origin
-
-
-@pytest.fixture
-def context(browser):
-    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
-    yield ctx
-    ctx.close()
 
 
 PAGES = [p.relative_to(HTML).as_posix() for p in site_check.site_pages(HTML)] or ["index.html"]
@@ -67,13 +65,11 @@ def test_every_chapter_page_was_built(served_site):
         assert (HTML / "book" / "notebooks" / f"{name}.html").exists(), name
 
 
-def test_math_is_rendered_somewhere(context, served_site):
+def test_math_is_rendered_somewhere(page, served_site):
     """The notation chapter has display math: it must come out typeset, not raw."""
-    page = context.new_page()
     page.goto(f"{served_site}/book/notebooks/01_notation.html", wait_until="networkidle")
     page.evaluate("async () => { await MathJax.startup.promise; }")
     assert page.locator("mjx-container").count() >= 3
-    page.close()
 
 
 # --- the checker itself catches what it must --------------------------------------
