@@ -17,7 +17,8 @@ V   vocabulary size
 Mask convention: boolean, ``True`` = may attend (as in
 ``torch.nn.functional.scaled_dot_product_attention``); see :mod:`mha.masks` for
 PyTorch's opposite boolean convention and additive float masks. A query row with
-nothing to attend to gets zero weights and zero context, never NaN.
+nothing to attend to (every key blocked, or no keys at all) gets zero weights and zero
+context, never NaN; a NaN in the input propagates to the rows it reaches, as in PyTorch.
 """
 
 from mha.functional import (

@@ -38,6 +38,13 @@ def check_positive_int(value: object, name: str) -> int:
     return int(value)
 
 
+def check_non_negative_int(value: object, name: str) -> int:
+    """Return ``value`` as an ``int`` if it is an integer >= 0 (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def check_divisible(d_model: int, num_heads: int) -> int:
     """Return ``head_dim = d_model // num_heads``; reject a remainder."""
     num_heads = check_positive_int(num_heads, "num_heads")

@@ -5,12 +5,20 @@ same weights and input, side by side in one run, so the ratios are comparable ev
 though absolute times depend on the machine. Each row is warmed up, then timed
 ``--repeats`` times; the table shows the median.
 
-FLOPs of one forward (multiply + add = 2 FLOPs), self-attention, S = T:
-four projections ``4 * 2 B T D^2`` plus two attention matmuls (``Q K^T`` and
-``weights V``) ``2 * 2 B H T S Dh = 4 B T S D``. Softmax, masking and bias adds are
-not counted. GFLOP/s is compared with a plain ``(B T, D) @ (D, 4D)`` matmul timed in the
-same run (the four projections' FLOPs as one matmul): roughly the best rate this CPU
-reaches on work of this shape, so "% matmul" says how much of it each version achieves.
+FLOPs of one forward (multiply + add = 2 FLOPs), from :func:`attention_flops`: ``Q K^T``
+and ``weights V`` cost ``2 B H T S Dh`` each, and the four projections cost ``2 B T D^2``
+(query, output) and ``2 B S D^2`` (key, value). Every attention row computes all six
+products; softmax, scaling, masking and bias adds are not counted, so the rates err low.
+
+The ceiling is the best rate of a few large float32 ``torch.matmul`` GEMMs ``(n, n) @ (n, n)``
+timed in the same run with the same threads (best of 3 at n = 2048 and 4096 by default):
+what this machine demonstrably reaches on the work BLAS does best. "% of ceiling" is each
+row's GFLOP/s over it. Should a row's fastest call beat every GEMM, that measured rate
+becomes the ceiling and the table says so, so no row can show more than 100%.
+
+Where ``/proc/cpuinfo`` gives the CPU model, a clock and a vector FMA flag, the table also
+prints an estimated FMA peak (cores x clock x FLOPs per cycle) with its assumptions; the
+measured ceiling is the number the percentages use.
 
 This is a benchmark, not a test: it prints, it never fails on a slow machine.
 """
@@ -18,10 +26,13 @@ This is a benchmark, not a test: it prints, it never fails on a slow machine.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +62,48 @@ BASELINE = {
 }
 ROW_LABELS = (OURS_WEIGHTS, OURS_FAST, TORCH_WEIGHTS, TORCH_FAST, SDPA_REF, PER_HEAD, NUMPY)
 TARGETS = ((OURS_WEIGHTS, 1.25), (OURS_FAST, 1.05))
+CEILING_SIZES = (2048, 4096)
+CEILING_REPEATS = 3
+
+
+def gemm_flops(m: int, k: int, n: int) -> int:
+    """FLOPs of one ``(m, k) @ (k, n)`` product: ``m n`` dot products of length ``k``."""
+    return 2 * m * k * n
+
+
+def attention_flops(
+    batch: int,
+    heads: int,
+    target_len: int,
+    source_len: int,
+    head_dim: int,
+    *,
+    projections: bool = True,
+) -> int:
+    """FLOPs of one multi-head attention forward, counting matrix products only.
+
+    Parameters
+    ----------
+    batch, heads, target_len, source_len, head_dim : int
+        B, H, T, S and Dh; the model width is ``D = H Dh``.
+    projections : bool
+        Also count the four ``(., D) @ (D, D)`` projections (W_q W_k W_v W_o).
+
+    Returns
+    -------
+    int
+        ``2 B H T S Dh`` (Q K^T) + ``2 B H T S Dh`` (weights V), plus, with projections,
+        ``2 B T D^2`` (W_q) + ``2 B S D^2`` (W_k) + ``2 B S D^2`` (W_v) + ``2 B T D^2`` (W_o).
+    """
+    B, H, T, S, Dh = batch, heads, target_len, source_len, head_dim
+    scores = B * H * gemm_flops(T, Dh, S)  # (T, Dh) @ (Dh, S) per batch and head
+    context = B * H * gemm_flops(T, S, Dh)  # (T, S) @ (S, Dh) per batch and head
+    total = scores + context
+    if projections:
+        D = H * Dh
+        total += gemm_flops(B * T, D, D) * 2  # W_q on the queries, W_o on the context
+        total += gemm_flops(B * S, D, D) * 2  # W_k and W_v on the keys / values
+    return total
 
 
 @dataclass(frozen=True)
@@ -62,21 +115,211 @@ class Config:
     repeats: int
     warmup: int
     threads: int | None = None
+    ceiling_sizes: tuple[int, ...] = CEILING_SIZES
+    ceiling_repeats: int = CEILING_REPEATS
 
     @property
     def attention_flops(self) -> float:
-        B, T, D = self.batch, self.length, self.d_model
-        projections = 4 * 2 * B * T * D * D  # Q, K, V and output: (B T, D) @ (D, D) each
-        attention = 2 * 2 * B * T * T * D  # Q K^T and weights V, summed over heads
-        return float(projections + attention)
+        """Self-attention (S = T) with its four projections, as every attention row runs."""
+        B, T, H = self.batch, self.length, self.heads
+        return float(attention_flops(B, H, T, T, self.d_model // H))
 
     @property
     def matmul_flops(self) -> float:
-        return float(2 * self.batch * self.length * self.d_model * 4 * self.d_model)
+        return float(gemm_flops(self.batch * self.length, self.d_model, 4 * self.d_model))
+
+    def row_flops(self, label: str) -> float:
+        return self.matmul_flops if label == MATMUL else self.attention_flops
 
 
-def time_rows(rows: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict[str, float]:
-    """Median wall time in seconds of each row's call.
+# ----------------------------------------------------------------------------- ceiling
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The best GFLOP/s measured in this run, and what reached it."""
+
+    gflops: float
+    source: str
+    gemm_rates: tuple[tuple[int, float], ...]  # (n, GFLOP/s) of every timed n^3 GEMM
+    raised_from: float | None = None  # the best GEMM rate, when a row beat it
+
+
+def measure_ceiling(
+    sizes: Iterable[int] = CEILING_SIZES,
+    repeats: int = CEILING_REPEATS,
+    timer: Callable[[], float] = time.perf_counter,
+) -> Ceiling:
+    """Best rate of ``repeats`` float32 ``(n, n) @ (n, n)`` products for each ``n``.
+
+    The output buffer is allocated once per size, so page faults on a fresh 64 MB tensor
+    are not timed; the first call of each size is timed too and the best call wins, which
+    makes a separate warm-up unnecessary.
+    """
+    generator = torch.Generator().manual_seed(0)
+    rates: list[tuple[int, float]] = []
+    with torch.no_grad():
+        for n in sizes:
+            a = torch.randn(n, n, generator=generator)
+            b = torch.randn(n, n, generator=generator)
+            out = torch.empty(n, n)
+            for _ in range(repeats):
+                start = timer()
+                torch.matmul(a, b, out=out)  # (n, n) @ (n, n) -> (n, n)
+                rates.append((n, gemm_flops(n, n, n) / (timer() - start) / 1e9))
+    if not rates:
+        raise ValueError(f"sizes and repeats give no GEMM to time: {sizes=}, {repeats=}")
+    n, best = max(rates, key=lambda r: r[1])
+    return Ceiling(best, f"torch.matmul {n}^3", tuple(rates))
+
+
+def raise_ceiling(ceiling: Ceiling, best_rates: dict[str, float]) -> Ceiling:
+    """The ceiling, raised to any row's best rate above it (a rate this run did reach).
+
+    Rows are timed after the GEMMs; a burst of load during the GEMMs could otherwise leave
+    the ceiling below what the machine did, and a percentage above 100.
+    """
+    label, rate = max(best_rates.items(), key=lambda item: item[1], default=("", 0.0))
+    if rate <= ceiling.gflops:
+        return ceiling
+    return Ceiling(rate, f"fastest call of '{label}'", ceiling.gemm_rates, ceiling.gflops)
+
+
+def percent_of_ceiling(rate: float, ceiling: Ceiling) -> float:
+    """``rate`` as a percentage of the ceiling; a rate above it means a broken ceiling."""
+    if rate > ceiling.gflops:
+        raise ValueError(f"rate {rate:.1f} GFLOP/s is above the ceiling {ceiling.gflops:.1f}")
+    return 100 * rate / ceiling.gflops
+
+
+# --------------------------------------------------------------------------- CPU peak
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model: str | None
+    clock_ghz: float | None
+    clock_source: str | None
+    flags: frozenset[str]
+    logical: int
+    cores: int | None  # distinct (physical id, core id): SMT siblings share FMA units
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    gflops: float
+    cores: int
+    clock_ghz: float
+    flops_per_cycle: int
+    isa: str
+    assumptions: str
+
+
+def read_cpuinfo(path: str = "/proc/cpuinfo") -> str:
+    """The text of ``/proc/cpuinfo``, or "" where there is none (macOS, Windows)."""
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    """Model, clock, flags and core count from the text of ``/proc/cpuinfo``.
+
+    The clock comes from ``@ x.xxGHz`` in the model name (the nominal base clock) or else
+    from ``cpu MHz`` (the clock the kernel reported; under a hypervisor, usually the host's).
+    """
+    blocks = [dict(_fields(block)) for block in re.split(r"\n\s*\n", text)]
+    processors = [block for block in blocks if "processor" in block]
+    first = processors[0] if processors else (blocks[0] if blocks else {})
+    model = first.get("model name") or None
+    clock_ghz, clock_source = None, None
+    found = re.search(r"@\s*(\d+(?:\.\d+)?)\s*GHz", model or "")
+    if found:
+        clock_ghz, clock_source = float(found.group(1)), "'@ GHz' in the model name"
+    elif first.get("cpu MHz"):
+        clock_ghz, clock_source = float(first["cpu MHz"]) / 1000, "'cpu MHz'"
+    core_ids = {(b.get("physical id"), b["core id"]) for b in processors if "core id" in b}
+    return CpuInfo(
+        model=model,
+        clock_ghz=clock_ghz,
+        clock_source=clock_source,
+        flags=frozenset(first.get("flags", "").split()),
+        logical=len(processors),
+        cores=len(core_ids) or None,
+    )
+
+
+def _fields(block: str) -> Iterable[tuple[str, str]]:
+    for line in block.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            yield key.strip(), value.strip()
+
+
+def _peak_or_reason(info: CpuInfo, threads: int) -> PeakEstimate | str:
+    if info.model is None:
+        return "no CPU model name in /proc/cpuinfo"
+    if info.clock_ghz is None:
+        return "no clock in /proc/cpuinfo (no '@ x.xxGHz' in the model name, no 'cpu MHz')"
+    if "avx512f" in info.flags:
+        isa, per_cycle = "AVX-512", 2 * 16 * 2
+        assumptions = (
+            "2 FMA units x 16 float32 lanes x 2 FLOPs per cycle per core; parts with one "
+            "512-bit FMA unit, and AMD Zen 4 (512 bits as two halves), reach half"
+        )
+    elif "fma" in info.flags:
+        isa, per_cycle = "AVX2 FMA", 2 * 8 * 2
+        assumptions = (
+            "2 FMA units x 8 float32 lanes x 2 FLOPs per cycle per core; AMD Zen 1 reaches half"
+        )
+    else:
+        return "no avx512f or fma flag in /proc/cpuinfo, so FLOPs per cycle are not known here"
+    cores = min(threads, info.cores or info.logical or threads)
+    if info.cores is None:
+        assumptions += "; core ids not listed, logical CPUs counted as cores"
+    return PeakEstimate(
+        cores * info.clock_ghz * per_cycle,
+        cores,
+        info.clock_ghz,
+        per_cycle,
+        isa,
+        f"{assumptions}; clock from {info.clock_source}",
+    )
+
+
+def estimate_fma_peak(info: CpuInfo, threads: int) -> PeakEstimate | None:
+    """cores x clock x FLOPs per cycle, or None where model, clock or FMA flag is missing."""
+    peak = _peak_or_reason(info, threads)
+    return peak if isinstance(peak, PeakEstimate) else None
+
+
+def peak_notes(info: CpuInfo, threads: int, ceiling: Ceiling) -> list[str]:
+    """The FMA peak estimate with its assumptions, or why it is not shown."""
+    peak = _peak_or_reason(info, threads)
+    if isinstance(peak, str):
+        return [f"FMA peak: not shown: {peak}."]
+    share = 100 * ceiling.gflops / peak.gflops
+    verdict = (
+        ": the cores ran above the clock read (turbo), or an assumption is wrong, so the "
+        "estimate is no bound here"
+        if share > 100
+        else " (a peak that holds only while every core keeps the clock read)"
+    )
+    return [
+        f"FMA peak (estimate): {peak.cores} cores x {peak.clock_ghz:.2f} GHz x "
+        f"{peak.flops_per_cycle} FLOP/cycle ({peak.isa}) = {peak.gflops:.1f} GFLOP/s; "
+        f"assumes {peak.assumptions}. The measured ceiling is {share:.0f}% of it{verdict}.",
+    ]
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+def time_rows(
+    rows: dict[str, Callable[[], object]], repeats: int, warmup: int
+) -> dict[str, list[float]]:
+    """Wall time in seconds of every timed call of each row.
 
     The rows take turns (round robin) rather than running one after another: on a
     shared machine, a burst of load then slows every row a little instead of one row a
@@ -91,7 +334,7 @@ def time_rows(rows: dict[str, Callable[[], object]], repeats: int, warmup: int) 
             start = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - start)
-    return {label: statistics.median(t) for label, t in times.items()}
+    return times
 
 
 def sdpa_reference(module: MultiHeadAttention, x: Tensor) -> Tensor:
@@ -129,8 +372,8 @@ def per_head_loop(module: MultiHeadAttention, x: Tensor) -> Tensor:
     return module.W_o(merged)
 
 
-def measure(config: Config) -> dict[str, float]:
-    """Seconds per forward for every row, measured in this one run."""
+def bench_rows(config: Config) -> dict[str, Callable[[], object]]:
+    """Every row's forward on the same seeded weights and input."""
     torch.manual_seed(0)
     module = MultiHeadAttention(config.d_model, config.heads).eval()
     reference = module.to_torch().eval()
@@ -139,8 +382,7 @@ def measure(config: Config) -> dict[str, float]:
     x_np = x.numpy()
     wide = torch.randn(config.d_model, 4 * config.d_model)  # the 4 projections side by side
     flat = x.view(-1, config.d_model)  # (B, T, D) -> (B T, D)
-
-    rows: dict[str, Callable[[], object]] = {
+    return {
         OURS_WEIGHTS: lambda: module(x, x, x),
         OURS_FAST: lambda: module(x, x, x, need_weights=False),
         # average_attn_weights=False: per-head (B, H, T, S) weights, the same output as ours
@@ -151,33 +393,86 @@ def measure(config: Config) -> dict[str, float]:
         NUMPY: lambda: multi_head_attention(x_np, x_np, x_np, params, config.heads),
         MATMUL: lambda: flat @ wide,  # (B T, D) @ (D, 4D) -> (B T, 4D)
     }
+
+
+def measure(config: Config) -> dict[str, list[float]]:
+    """Seconds of every timed forward of every row, measured in this one run."""
+    rows = bench_rows(config)
     with torch.no_grad():
         return time_rows(rows, config.repeats, config.warmup)
 
 
-def format_table(config: Config, seconds: dict[str, float]) -> str:
-    matmul_rate = config.matmul_flops / seconds[MATMUL] / 1e9
+# ----------------------------------------------------------------------------- table
+
+
+def format_table(
+    config: Config, times: dict[str, list[float]], ceiling: Ceiling, cpu: CpuInfo
+) -> str:
+    """The table: medians, ratios to the baseline row, GFLOP/s and % of ceiling.
+
+    ``ceiling`` is the GEMM measurement; it is raised here to any row's fastest call.
+    """
+    seconds = {label: statistics.median(t) for label, t in times.items()}
+    median_rate = {label: config.row_flops(label) / s / 1e9 for label, s in seconds.items()}
+    best_rate = {label: config.row_flops(label) / min(t) / 1e9 for label, t in times.items()}
+    ceiling = raise_ceiling(ceiling, best_rate)
+    threads = torch.get_num_threads()
+    B, T, D, H = config.batch, config.length, config.d_model, config.heads
+    per_product = attention_flops(B, H, T, T, D // H, projections=False) / 2
+    cores = f"{cpu.cores} cores / " if cpu.cores else ""
+    gemms = ", ".join(
+        f"n={n} {max(r for m, r in ceiling.gemm_rates if m == n):.1f}"
+        for n in dict.fromkeys(n for n, _ in ceiling.gemm_rates)
+    )
+    if ceiling.raised_from is None:
+        ceiling_note = (
+            f"ceiling: {ceiling.gflops:.1f} GFLOP/s, the best float32 torch.matmul "
+            f"(n, n) @ (n, n) of this run (same threads), best of {config.ceiling_repeats} "
+            f"per n: {gemms} GFLOP/s"
+        )
+    else:
+        ceiling_note = (
+            f"ceiling: {ceiling.gflops:.1f} GFLOP/s, the {ceiling.source}, which beat every "
+            f"float32 torch.matmul (n, n) @ (n, n) of this run (best of "
+            f"{config.ceiling_repeats} per n: {gemms} GFLOP/s; too small, or slowed by "
+            "other load), so the ceiling was raised to it"
+        )
+    notes = [
+        f"multi-head attention forward: B={B}, T=S={T}, D={D}, H={H}, float32, torch.no_grad",
+        f"timing: median of {config.repeats} calls per row after {config.warmup} warm-up, "
+        "rows taking turns",
+        f"machine: {cpu.model or 'CPU model unknown'}, {cores}{cpu.logical} logical CPUs",
+        f"torch {torch.__version__}: {threads} threads, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}",
+        f"FLOPs per forward: {config.attention_flops / 1e9:.3f} G, matrix products only "
+        "(multiply + add = 2), the same for every attention row: Q K^T and weights V "
+        f"2*B*H*T*S*Dh = {per_product / 1e9:.3f} G each, projections W_q W_k W_v W_o "
+        f"2*B*T*D^2 = {gemm_flops(B * T, D, D) / 1e9:.3f} G each; softmax, scaling and bias "
+        "adds not counted. The plain matmul row counts its own 2*(B*T)*D*4D = "
+        f"{config.matmul_flops / 1e9:.3f} G.",
+        ceiling_note,
+        *peak_notes(cpu, threads, ceiling),
+        "% of ceiling = GFLOP/s of the median call / ceiling",
+    ]
     lines = [
-        f"multi-head attention forward: B={config.batch}, T=S={config.length}, "
-        f"D={config.d_model}, H={config.heads}, float32, torch.no_grad, "
-        f"{torch.get_num_threads()} torch threads, median of "
-        f"{config.repeats} (after {config.warmup} warm-up)",
-        f"FLOPs per forward: {config.attention_flops / 1e9:.2f} G "
-        "(4 projections + Q K^T + weights V)",
+        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
+        for note in notes
+    ]
+    lines += [
         "",
         f"{'implementation':<36} {'ms':>9} {'ratio':>6}  {'baseline':<32} {'GFLOP/s':>8} "
-        f"{'% matmul':>8}",
+        f"{'% of ceiling':>12}",
     ]
     for label in ROW_LABELS:
         baseline = BASELINE[label]
-        rate = config.attention_flops / seconds[label] / 1e9
         lines.append(
             f"{label:<36} {seconds[label] * 1e3:>9.2f} {seconds[label] / seconds[baseline]:>6.2f}  "
-            f"{baseline:<32} {rate:>8.1f} {100 * rate / matmul_rate:>7.0f}%"
+            f"{baseline:<32} {median_rate[label]:>8.1f} "
+            f"{percent_of_ceiling(median_rate[label], ceiling):>11.0f}%"
         )
     lines.append(
-        f"{MATMUL:<36} {seconds[MATMUL] * 1e3:>9.2f} {'':>6}  {'':<32} {matmul_rate:>8.1f} "
-        f"{100:>7.0f}%"
+        f"{MATMUL:<36} {seconds[MATMUL] * 1e3:>9.2f} {'':>6}  {'':<32} "
+        f"{median_rate[MATMUL]:>8.1f} {percent_of_ceiling(median_rate[MATMUL], ceiling):>11.0f}%"
     )
     lines.append("")
     for label, limit in TARGETS:
@@ -185,6 +480,16 @@ def format_table(config: Config, seconds: dict[str, float]) -> str:
         verdict = "met" if ratio <= limit else "NOT met"
         lines.append(f"target: {label} <= {limit:.2f} x {BASELINE[label]}: {ratio:.2f} ({verdict})")
     return "\n".join(lines)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of sizes: {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be >= 1: {text!r}")
+    return sizes
 
 
 def parse_args(argv: Sequence[str] | None) -> Config:
@@ -198,11 +503,20 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's choice)"
     )
+    parser.add_argument(
+        "--ceiling-sizes",
+        type=_sizes,
+        default=CEILING_SIZES,
+        help="n of the n^3 GEMMs that measure the ceiling (default 2048,4096)",
+    )
+    parser.add_argument(
+        "--ceiling-repeats", type=int, default=CEILING_REPEATS, help="GEMMs per size (default 3)"
+    )
     parser.add_argument("--quick", action="store_true", help="B=2, T=128, D=256, H=4")
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.d_model, args.heads = 2, 128, 256, 4
-    for name in ("batch", "length", "d_model", "heads", "repeats"):
+    for name in ("batch", "length", "d_model", "heads", "repeats", "ceiling_repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -219,6 +533,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         args.repeats,
         args.warmup,
         args.threads,
+        args.ceiling_sizes,
+        args.ceiling_repeats,
     )
 
 
@@ -228,7 +544,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     try:
-        print(format_table(config, measure(config)))
+        ceiling = measure_ceiling(config.ceiling_sizes, config.ceiling_repeats)
+        times = measure(config)
+        print(format_table(config, times, ceiling, parse_cpuinfo(read_cpuinfo())))
     finally:
         torch.set_num_threads(previous)
 

@@ -45,13 +45,16 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
     x : array_like, any shape
         Real numbers; ``-inf`` entries get probability exactly 0.
     axis : int
-        The axis that sums to 1.
+        The axis that sums to 1; it may have length 0 (attention over no keys).
 
     Returns
     -------
     np.ndarray, same shape as ``x``
         Probabilities along ``axis``. A slice whose entries are *all* ``-inf`` (a
-        query that may attend to nothing) gets all zeros instead of NaN.
+        query that may attend to nothing) gets all zeros instead of NaN; so does
+        every slice of an empty axis, trivially. A slice containing NaN or ``+inf``
+        has no defined softmax and becomes all NaN, as in ``torch.softmax``: a NaN is
+        never hidden as zeros.
 
     Notes
     -----
@@ -59,13 +62,19 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
     ``exp(-max)`` cancels) but keeps ``exp`` from overflowing for large inputs.
     """
     x = as_float_array(x, "x")
-    x_max = np.max(x, axis=axis, keepdims=True)
-    # An all -inf slice has max -inf, and -inf - (-inf) would be NaN: shift by 0 there.
-    x_max = np.where(np.isneginf(x_max), 0.0, x_max)
-    exp = np.exp(x - x_max)
-    total = np.sum(exp, axis=axis, keepdims=True)
-    # total == 0 exactly when every entry was -inf: leave those slices at zero.
-    return np.divide(exp, total, out=np.zeros_like(exp), where=total > 0)
+    # initial=-inf: an empty axis has maximum -inf, like an all -inf slice. NaN wins.
+    x_max = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    # NaN or +inf in a slice: there is no distribution to compute (+inf - +inf = NaN).
+    undefined = np.isnan(x_max) | np.isposinf(x_max)
+    # An all -inf slice: nothing to attend to.
+    empty = np.isneginf(x_max)
+    # Shift those slices by 0 (and zero the undefined ones) so that no inf - inf is ever
+    # computed: NumPy would warn, and the result is set below anyway.
+    x_max = np.where(undefined | empty, 0.0, x_max)
+    exp = np.exp(np.where(undefined, 0.0, x) - x_max)
+    total = np.sum(exp, axis=axis, keepdims=True)  # >= 1 except in empty slices
+    probs = np.divide(exp, total, out=np.zeros_like(exp), where=~empty)
+    return np.where(undefined, np.nan, probs)
 
 
 def _attention_core(
@@ -142,8 +151,14 @@ def scaled_dot_product_attention(
     context : np.ndarray, shape (..., T, Dv)
     weights : np.ndarray, shape (..., T, S)
         Each row sums to 1 over its allowed keys; blocked entries are exactly 0. A
-        query row with **no** allowed key gets zero weights and zero context — never
-        NaN. (``nn.MultiheadAttention`` returns NaN for such a row.)
+        query row with **no** allowed key (and every row when there are no keys,
+        ``S = 0``) gets zero weights and zero context — never NaN. A NaN (or ``+inf``)
+        score in a row that can attend makes that row NaN, as in PyTorch: it is not
+        hidden as zeros. (``nn.MultiheadAttention`` in torch 2.13 returns NaN for a row
+        with nothing to attend to when it computes weights, ``need_weights=True``, and
+        on its fused fast path, ``need_weights=False`` under ``torch.no_grad()`` in eval
+        mode; with ``need_weights=False`` and autograd on it calls
+        ``F.scaled_dot_product_attention`` and returns zeros, like mha.)
 
     Raises
     ------

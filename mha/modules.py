@@ -10,8 +10,18 @@ D d_model, Dh head_dim = D / H, V vocabulary size.
 
 Mask convention (the same everywhere in :mod:`mha`): a boolean tensor, ``True`` = may
 attend, broadcastable to ``(B, H, T, S)``. A query row with nothing to attend to gets
-zero weights and a zero context vector, never NaN. (``nn.MultiheadAttention`` returns
-NaN for such rows, and its boolean masks mean the opposite: ``True`` = blocked.)
+zero weights and a zero context vector, never NaN, on both paths of
+:class:`MultiHeadAttention`; NaN in the input propagates as in PyTorch.
+``nn.MultiheadAttention``'s boolean masks mean the opposite (``True`` = blocked), and
+its answer for a row with nothing to attend to depends on the path it takes (torch 2.13):
+
+- ``need_weights=True``: NaN (weights and output);
+- ``need_weights=False`` under ``torch.no_grad()`` in eval mode: NaN. This is the fused
+  fast path, which is taken only for self-attention (one tensor as query, key and
+  value), ``batch_first=True`` and an even number of heads;
+- ``need_weights=False`` with autograd on (or in training mode, or off the fast path):
+  zeros, because that path calls ``F.scaled_dot_product_attention``, whose softmax
+  gives such a row zero weights.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mha._checks import check_non_negative_int, check_positive_int
 from mha.functional import AttentionParams
 from mha.positional import sinusoidal_positional_encoding
 
@@ -126,7 +137,10 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        if num_heads < 1 or d_model < 1 or d_model % num_heads != 0:
+        # As in the NumPy core: 2.0 or True heads are refused, not used as 2 or 1.
+        d_model = check_positive_int(d_model, "d_model")
+        num_heads = check_positive_int(num_heads, "num_heads")
+        if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
                 f"num_heads={num_heads}"
@@ -144,10 +158,14 @@ class MultiHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform weights and zero biases (as ``nn.MultiheadAttention``).
+        """Xavier-uniform weights, ``U(-a, a)`` with ``a = sqrt(6 / (D + D))`` for each of
+        the four ``(D, D)`` matrices (as :meth:`mha.functional.AttentionParams.init`), and
+        zero biases.
 
         Xavier keeps the variance of ``q . k`` roughly independent of D at initialisation,
-        so the softmax starts neither saturated nor flat.
+        so the softmax starts neither saturated nor flat. ``nn.MultiheadAttention`` also
+        zeroes its biases, but draws ``W_q, W_k, W_v`` as one ``(3D, D)`` Xavier matrix
+        (bound ``sqrt(6 / 4D)``) and leaves ``W_o`` at ``nn.Linear``'s default.
         """
         for linear in (self.W_q, self.W_k, self.W_v, self.W_o):
             nn.init.xavier_uniform_(linear.weight)
@@ -229,7 +247,9 @@ class MultiHeadAttention(nn.Module):
             causal, ``(B, 1, 1, S)`` key padding, ``(B, 1, T, S)`` both.
         need_weights : bool
             True: explicit softmax, returns the weights. False: fast path through
-            ``F.scaled_dot_product_attention``, returns None for the weights.
+            ``F.scaled_dot_product_attention``, returns None for the weights (inputs
+            whose projected queries or keys hold NaN or inf take the explicit path, so
+            that NaN propagates on both paths alike).
 
         Returns
         -------
@@ -262,7 +282,13 @@ class MultiHeadAttention(nn.Module):
             if not bool(empty_rows.any()):
                 empty_rows = None
 
-        if need_weights:
+        # The fused kernel is only trusted with finite queries and keys: for a query row
+        # holding NaN, torch 2.13's CPU kernel returns zeros instead of NaN (and with a
+        # mask, a NaN in a blocked key spreads to every row). The explicit path handles
+        # NaN and inf as the NumPy specification does.
+        fused = not need_weights and bool(torch.isfinite(q).all() & torch.isfinite(k).all())
+
+        if not fused:
             # 3. Scores, scaled by 1/sqrt(Dh). Scaling q (T*Dh numbers) instead of the
             #    scores (T*S numbers) is the same product and a cheaper pass.
             scores = (q * Dh**-0.5) @ k.transpose(-2, -1)  # (B,H,T,Dh) @ (B,H,Dh,S) -> (B,H,T,S)
@@ -280,6 +306,8 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.masked_fill(empty_rows, 0.0)
             attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
             context = attn @ v  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+            if not need_weights:
+                weights = None
         else:
             weights = None
             # 3-5 fused: PyTorch picks a kernel that never materialises (B, H, T, S).
@@ -419,6 +447,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
+        d_model = check_positive_int(d_model, "d_model")
+        d_ff = check_positive_int(d_ff, "d_ff")  # nn.Linear(D, True) would be 1 wide
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -685,6 +715,13 @@ class Transformer(nn.Module):
     layer_norm_eps : float
         LayerNorm epsilon.
 
+    Attributes
+    ----------
+    config : dict
+        The constructor arguments above, by name, exactly as this model was built with
+        them: ``Transformer(**model.config)`` builds the same architecture, and a
+        checkpoint stores this dict (see :func:`mha.translate.save_checkpoint`).
+
     Notes
     -----
     Embeddings are multiplied by ``sqrt(d_model)`` (as in the paper) and initialised with
@@ -709,6 +746,33 @@ class Transformer(nn.Module):
         layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
+        # Refuse floats and bools (True would silently mean one layer, or a vocabulary
+        # of one word) before they reach nn.Embedding, range() or nn.Linear.
+        src_vocab_size = check_positive_int(src_vocab_size, "src_vocab_size")
+        tgt_vocab_size = check_positive_int(tgt_vocab_size, "tgt_vocab_size")
+        d_model = check_positive_int(d_model, "d_model")
+        num_heads = check_positive_int(num_heads, "num_heads")
+        num_encoder_layers = check_non_negative_int(num_encoder_layers, "num_encoder_layers")
+        num_decoder_layers = check_non_negative_int(num_decoder_layers, "num_decoder_layers")
+        d_ff = check_positive_int(d_ff, "d_ff")
+        max_len = check_positive_int(max_len, "max_len")
+        pad_id = check_non_negative_int(pad_id, "pad_id")
+        # The architecture is recorded as given, not read back from the submodules later
+        # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
+        self.config: dict[str, object] = {
+            "src_vocab_size": src_vocab_size,
+            "tgt_vocab_size": tgt_vocab_size,
+            "d_model": d_model,
+            "num_heads": num_heads,
+            "num_encoder_layers": num_encoder_layers,
+            "num_decoder_layers": num_decoder_layers,
+            "d_ff": d_ff,
+            "dropout": float(dropout),
+            "max_len": max_len,
+            "pad_id": pad_id,
+            "norm_first": bool(norm_first),
+            "layer_norm_eps": float(layer_norm_eps),
+        }
         self.d_model = d_model
         self.num_heads = num_heads
         self.max_len = max_len

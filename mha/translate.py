@@ -2,13 +2,15 @@
 
 A checkpoint is one ``.npz`` file (NumPy's zip of arrays): every tensor of the
 model's ``state_dict`` as a float32 array, plus one string array ``__meta__`` holding
-JSON — the model's constructor arguments and both vocabularies. It is read with
-``np.load(..., allow_pickle=False)``, so loading a checkpoint can never run code.
+JSON — the model's constructor arguments (its ``config``, all of them) and both
+vocabularies. It is read with ``np.load(..., allow_pickle=False)``, so loading a
+checkpoint can never run code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -39,20 +41,9 @@ __all__ = [
 CHECKPOINT = Path(__file__).with_name("checkpoints") / "translator.npz"
 
 _META_KEY = "__meta__"
-# Constructor arguments of mha.modules.Transformer that a checkpoint records.
-_MODEL_ARGS = (
-    "src_vocab_size",
-    "tgt_vocab_size",
-    "d_model",
-    "num_heads",
-    "num_encoder_layers",
-    "num_decoder_layers",
-    "d_ff",
-    "dropout",
-    "max_len",
-    "pad_id",
-    "norm_first",
-)
+# Checkpoints written before the model recorded its own configuration lack these
+# arguments; every one of those models was built with the default.
+_ADDED_ARGS = {"layer_norm_eps": 1e-5}
 
 
 @contextlib.contextmanager
@@ -257,23 +248,13 @@ class Translator:
 
 
 def model_config(model: Transformer) -> dict[str, object]:
-    """The constructor arguments that rebuild ``model``'s architecture."""
-    enc = model.encoder_layers
-    dec = model.decoder_layers
-    first = enc[0] if len(enc) else dec[0]
-    return {
-        "src_vocab_size": model.src_embedding.num_embeddings,
-        "tgt_vocab_size": model.tgt_embedding.num_embeddings,
-        "d_model": model.d_model,
-        "num_heads": model.num_heads,
-        "num_encoder_layers": len(enc),
-        "num_decoder_layers": len(dec),
-        "d_ff": first.feed_forward.linear1.out_features,
-        "dropout": first.feed_forward.dropout.p,
-        "max_len": model.max_len,
-        "pad_id": model.pad_id,
-        "norm_first": first.norm_first,
-    }
+    """The constructor arguments ``model`` was built with (a copy of ``model.config``).
+
+    ``Transformer(**model_config(model))`` rebuilds the same architecture. The dict is
+    the model's own record, not a reading of its submodules, so no argument (such as
+    ``layer_norm_eps``) can be forgotten.
+    """
+    return dict(model.config)
 
 
 def save_checkpoint(
@@ -315,17 +296,24 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
 def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
     """Rebuild a :class:`Translator` from a checkpoint, never unpickling anything.
 
+    The model is ``Transformer(**config)`` with the stored config; a checkpoint written
+    before ``layer_norm_eps`` was recorded gets its default, 1e-5.
+
     Raises
     ------
     ValueError
-        If the file lacks the metadata or its tensors do not match the architecture.
+        If the file lacks the metadata, its config names an argument ``Transformer``
+        does not have, or its tensors do not match the architecture.
     """
     with np.load(path, allow_pickle=False) as data:
         if _META_KEY not in data.files:
             raise ValueError(f"{path} is not a translator checkpoint: no {_META_KEY!r} entry")
         meta = json.loads(str(data[_META_KEY]))
         state = {k: torch.from_numpy(data[k]) for k in data.files if k != _META_KEY}
-    config = {k: meta["model"][k] for k in _MODEL_ARGS}
+    config = _ADDED_ARGS | meta["model"]
+    unknown = sorted(set(config) - set(inspect.signature(Transformer).parameters))
+    if unknown:
+        raise ValueError(f"{path} has unknown Transformer argument(s) {unknown}: {config}")
     model = Transformer(**config)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:

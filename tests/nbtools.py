@@ -124,6 +124,8 @@ def regenerate(
     # Keyword arguments of execute() reach the kernel manager: the kernel gets this env.
     client.execute(env=kernel_env())
     nb.metadata.get("language_info", {}).pop("version", None)  # the patch level varies
+    # Describes the .md file; jupytext drops it from a paired notebook it updates.
+    nb.metadata.get("jupytext", {}).pop("text_representation", None)
     nbformat.validate(nb)
     nbformat.write(nb, target)
     return target

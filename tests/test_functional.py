@@ -80,6 +80,41 @@ def test_softmax_accepts_integers_and_keeps_float32() -> None:
     assert softmax(np.zeros(3, dtype=np.float32)).dtype == np.float32
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_softmax_nan_and_plus_inf_give_nan_as_in_torch(dtype) -> None:
+    """Only an all -inf row (nothing to attend to) becomes zeros; a NaN or +inf in a
+    row has no defined softmax and must not be hidden as zeros."""
+    inf, nan = np.inf, np.nan
+    x = np.array(
+        [
+            [nan, 1.0, 2.0],
+            [inf, 1.0, 2.0],
+            [inf, inf, 2.0],
+            [nan, -inf, -inf],
+            [inf, -inf, 1e4],  # +inf next to a value whose exp would overflow
+            [0.0, -inf, 1.0],
+            [-inf, -inf, -inf],
+        ],
+        dtype=dtype,
+    )
+    out = softmax(x)  # warnings are errors: no "invalid value" on the way
+    expected = torch.softmax(t(x), dim=-1).numpy()
+    assert out.dtype == dtype
+    # NaN exactly where torch has NaN (assert_allclose compares NaN positions)
+    np.testing.assert_allclose(out[:-1], expected[:-1], rtol=1e-6, atol=0)
+    assert np.isnan(out[:5]).all() and np.isfinite(out[5]).all()
+    np.testing.assert_array_equal(out[-1], np.zeros(3))  # torch: NaN; mha: zeros
+    # the same along another axis
+    np.testing.assert_array_equal(softmax(x.T, axis=0), out.T)
+
+
+def test_softmax_over_an_empty_axis_is_empty() -> None:
+    """No keys at all (S = 0): an empty distribution, not NumPy's reduction error."""
+    out = softmax(np.zeros((2, 3, 0)))
+    assert out.shape == (2, 3, 0)
+    assert softmax(np.zeros((0, 4)), axis=0).shape == (0, 4)
+
+
 # ----------------------------------------------------- scaled dot-product attention
 
 
@@ -161,9 +196,10 @@ def test_fully_masked_row_gives_zeros_where_multihead_attention_gives_nan() -> N
     """Documented difference: a query with no allowed key.
 
     mha returns zero weights and zero context for that row. ``nn.MultiheadAttention``
-    returns NaN there (it puts -inf in every score and divides 0 by 0), and the NaN
-    then spreads through the output projection to the whole token. (The math backend
-    of ``F.scaled_dot_product_attention`` in torch 2.13 returns zeros, like mha.)
+    called for its weights returns NaN there (it puts -inf in every score and divides
+    0 by 0), and the NaN then spreads through the output projection to the whole token.
+    (``F.scaled_dot_product_attention`` in torch 2.13 returns zeros, like mha; the three
+    paths of ``nn.MultiheadAttention`` are pinned in test_modules.py.)
     """
     rng = np.random.default_rng(5)
     batch, length, d_model, num_heads = 2, 3, 4, 2
@@ -199,6 +235,88 @@ def test_fully_masked_row_gives_zeros_where_multihead_attention_gives_nan() -> N
     np.testing.assert_array_equal(context[1], 0.0)
     expected = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=t(row_mask))
     np.testing.assert_allclose(context, expected.numpy(), rtol=0, atol=ATOL64)
+
+
+def test_nan_in_a_query_propagates_and_is_not_turned_into_zeros() -> None:
+    """A NaN query row has NaN weights, context and output (as in PyTorch); it is not
+    mistaken for a row with nothing to attend to (whose output would be the finite b_o)."""
+    rng = np.random.default_rng(6)
+    batch, T, S, d_model, num_heads = 2, 3, 4, 8, 2
+    params = AttentionParams.init(d_model, seed=1)
+    params.b_o = rng.normal(size=d_model)
+    query = rng.normal(size=(batch, T, d_model))
+    query[0, 1, 3] = np.nan  # one feature of one query token
+    source = rng.normal(size=(batch, S, d_model))
+    mask = np.ones((batch, 1, T, S), dtype=bool)
+    mask[:, :, :, 2] = False  # a blocked key in every row
+    mask[0, :, 2, :] = False  # and a row with nothing to attend to
+
+    module = params.to_torch(num_heads).eval()
+    for m in (None, mask):
+        output, weights = multi_head_attention(query, source, source, params, num_heads, m)
+        assert np.isnan(output[0, 1]).all() and np.isnan(weights[0, :, 1]).all()
+        others = np.ones((batch, T), dtype=bool)
+        others[0, 1] = False
+        assert np.isfinite(output[others]).all()
+        kwargs = {} if m is None else {"attn_mask": t(to_torch_attn_mask(m, num_heads))}
+        with torch.no_grad():
+            expected, _ = module(t(query), t(source), t(source), **kwargs)
+        assert torch.isnan(expected[0, 1]).all()
+        if m is not None:
+            others[0, 2] = False  # nothing to attend to: NaN in torch, b_o in mha
+            np.testing.assert_array_equal(output[0, 2], params.b_o)
+        np.testing.assert_allclose(output[others], expected.numpy()[others], rtol=0, atol=ATOL64)
+    # the row with nothing to attend to is still b_o, NaN query or not
+    query[0, 2, 0] = np.nan
+    output, weights = multi_head_attention(query, source, source, params, num_heads, mask)
+    np.testing.assert_array_equal(output[0, 2], params.b_o)
+    np.testing.assert_array_equal(weights[0, :, 2], 0.0)
+
+    # scaled_dot_product_attention on its own, with and without a mask
+    q, k, v = (rng.normal(size=(3, 4)) for _ in range(3))
+    q[1, 0] = np.nan
+    row_mask = np.tril(np.ones((3, 3), dtype=bool))
+    for m in (None, row_mask):
+        context, weights = scaled_dot_product_attention(q, k, v, m)
+        assert np.isnan(context[1]).all() and np.isnan(weights[1]).all()
+        assert np.isfinite(context[[0, 2]]).all()
+        expected = F.scaled_dot_product_attention(
+            t(q), t(k), t(v), attn_mask=None if m is None else t(m)
+        )
+        np.testing.assert_array_equal(np.isnan(context), torch.isnan(expected).numpy())
+
+
+def test_no_keys_gives_zero_weights_and_zero_context() -> None:
+    """S = 0: every query has nothing to attend to, so the book's rule applies."""
+    rng = np.random.default_rng(7)
+    q = rng.normal(size=(2, 3, 4))
+    k = np.zeros((2, 0, 4))
+    v = np.zeros((2, 0, 5))
+    for m in (None, np.ones((3, 0), dtype=bool)):
+        context, weights = scaled_dot_product_attention(q, k, v, m)
+        assert weights.shape == (2, 3, 0)
+        np.testing.assert_array_equal(context, np.zeros((2, 3, 5)))
+
+    batch, T, d_model, num_heads = 2, 3, 8, 2
+    params = AttentionParams.init(d_model, seed=2)
+    params.b_o = rng.normal(size=d_model)
+    query = rng.normal(size=(batch, T, d_model))
+    source = np.zeros((batch, 0, d_model))
+    for m in (None, np.ones((batch, 1, 1, 0), dtype=bool)):  # (B, 1, 1, S) padding mask
+        output, weights = multi_head_attention(query, source, source, params, num_heads, m)
+        assert weights.shape == (batch, num_heads, T, 0)
+        np.testing.assert_array_equal(output, np.broadcast_to(params.b_o, (batch, T, d_model)))
+        steps = multi_head_attention_steps(query, source, source, params, num_heads, m)
+        assert steps.k_heads.shape == (batch, num_heads, 0, d_model // num_heads)
+        np.testing.assert_array_equal(steps.context, np.zeros((batch, num_heads, T, 4)))
+        np.testing.assert_array_equal(steps.output, output)
+    # nn.MultiheadAttention agrees: its output is b_o as well
+    with torch.no_grad():
+        expected, expected_weights = params.to_torch(num_heads)(
+            t(query), t(source), t(source), average_attn_weights=False
+        )
+    assert expected_weights.shape == (batch, num_heads, T, 0)
+    np.testing.assert_allclose(output, expected.numpy(), rtol=0, atol=ATOL64)
 
 
 # ------------------------------------------------------------------ split / merge

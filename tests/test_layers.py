@@ -123,6 +123,91 @@ def test_decoder_layer_matches_torch(seed: int, norm_first: bool, mask_kind: str
         assert torch.all(cross_weights.masked_select(blocked) == 0)
 
 
+class FixedDropout(nn.Module):
+    """A deterministic stand-in for ``nn.Dropout``: zeroes a fixed pattern of entries
+    (one per seed and input shape) and scales the rest by 1 / (1 - p). Each dropout of a
+    layer gets its own seed, so a dropout moved, removed or swapped changes the output."""
+
+    def __init__(self, p: float, seed: int) -> None:
+        super().__init__()
+        self.p, self.seed = p, seed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return x
+        generator = torch.Generator().manual_seed(self.seed)
+        keep = torch.rand(x.shape, generator=generator) >= self.p
+        return x * keep.to(x.dtype) / (1 - self.p)
+
+
+# Which dropout is which: ours -> PyTorch's name for the same place in the layer.
+DROPOUT_ROLES = {"dropout1": "dropout1", "dropout2": "dropout2", "dropout3": "dropout3",
+                 "feed_forward.dropout": "dropout"}  # fmt: skip
+
+
+def replace_dropouts(layer: nn.Module, names: list[str]) -> None:
+    """Swap every nn.Dropout of ``layer`` (all must be listed in ``names``) for a
+    FixedDropout whose seed is the name's index, and switch attention dropout off (it
+    is random inside the fused kernels)."""
+    found = {name for name, m in layer.named_modules() if isinstance(m, nn.Dropout)}
+    assert found == {n for n in names if n in found} and found, found
+    for name in found:
+        parent_name, _, attr = name.rpartition(".")
+        parent = layer.get_submodule(parent_name)
+        setattr(parent, attr, FixedDropout(getattr(parent, attr).p, seed=names.index(name)))
+    for attention in ("self_attn", "cross_attn", "multihead_attn"):
+        if hasattr(layer, attention):
+            getattr(layer, attention).dropout = 0.0
+    assert not any(isinstance(m, nn.Dropout) for m in layer.modules())
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "causal+padding"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_encoder_layer_dropouts_sit_where_torch_has_them(norm_first, mask_kind) -> None:
+    """Training mode: every other layer test runs in eval mode, where dropout is the
+    identity and its position cannot matter."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(
+        D, H, D_FF, dropout=0.3, batch_first=True, norm_first=norm_first, layer_norm_eps=EPS
+    )
+    layer = randomise(layer, 0).double().train()
+    ours = EncoderLayer.from_torch(layer)
+    assert ours.training
+    replace_dropouts(ours, list(DROPOUT_ROLES))
+    replace_dropouts(layer, list(DROPOUT_ROLES.values()))
+    x = torch.randn(3, 6, D, dtype=torch.float64)
+    mask, torch_masks = masks_for(mask_kind, [6, 4, 1], 6)
+    expected = layer(x, src_mask=torch_masks["mask"], src_key_padding_mask=torch_masks["padding"])
+    for need_weights in (False, True):
+        got, _ = ours(x, mask, need_weights=need_weights)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    layer.eval()  # and the stand-ins did change something
+    no_dropout = layer(x, src_mask=torch_masks["mask"], src_key_padding_mask=torch_masks["padding"])
+    assert not torch.allclose(no_dropout, expected)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "causal+padding"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_decoder_layer_dropouts_sit_where_torch_has_them(norm_first, mask_kind) -> None:
+    torch.manual_seed(1)
+    layer = nn.TransformerDecoderLayer(
+        D, H, D_FF, dropout=0.3, batch_first=True, norm_first=norm_first, layer_norm_eps=EPS
+    )
+    layer = randomise(layer, 1).double().train()
+    ours = DecoderLayer.from_torch(layer)
+    replace_dropouts(ours, list(DROPOUT_ROLES))
+    replace_dropouts(layer, list(DROPOUT_ROLES.values()))
+    x = torch.randn(3, 5, D, dtype=torch.float64)
+    memory = torch.randn(3, 7, D, dtype=torch.float64)
+    self_mask, torch_self = masks_for(mask_kind, [5, 3, 1], 5)
+    expected = layer(
+        x, memory, tgt_mask=torch_self["mask"], tgt_key_padding_mask=torch_self["padding"]
+    )
+    for need_weights in (False, True):
+        got, _, _ = ours(x, memory, self_mask, need_weights=need_weights)
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
 def test_post_norm_and_pre_norm_differ() -> None:
     """Guards against norm_first being ignored (both would then match one torch layer)."""
     torch.manual_seed(0)
@@ -162,6 +247,23 @@ def test_training_mode_and_dropout_are_carried_over() -> None:
     ours = DecoderLayer.from_torch(layer)  # torch layers start in training mode
     assert ours.training
     assert ours.dropout1.p == ours.feed_forward.dropout.p == ours.cross_attn.dropout == 0.25
+
+
+@pytest.mark.parametrize(
+    "build,match",
+    [
+        (lambda: FeedForward(D, True), r"d_ff must be a positive integer, got True"),
+        (lambda: FeedForward(D, 24.0), r"d_ff must be a positive integer, got 24\.0"),
+        (lambda: FeedForward(16.0, D_FF), r"d_model must be a positive integer, got 16\.0"),
+        (lambda: EncoderLayer(D, H, True), r"d_ff must be a positive integer, got True"),
+        (lambda: EncoderLayer(D, 4.0, D_FF), r"num_heads must be a positive integer, got 4\.0"),
+        (lambda: DecoderLayer(D, H, 24.0), r"d_ff must be a positive integer, got 24\.0"),
+        (lambda: DecoderLayer(D, True, D_FF), r"num_heads must be a positive integer, got True"),
+    ],
+)
+def test_integer_arguments_must_be_integers(build, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        build()
 
 
 @pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])

@@ -9,7 +9,6 @@ with its own (opposite) mask convention, and a hand-written projections + SDPA p
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -201,15 +200,90 @@ def test_fast_path_zeroes_rows_even_if_sdpa_returns_nan(monkeypatch) -> None:
     torch.testing.assert_close(out[0, 2], module.W_o.bias, rtol=0, atol=1e-12)
 
 
-def test_nn_multihead_attention_returns_nan_for_fully_masked_rows() -> None:
-    """Documents the difference from PyTorch that mha deliberately does not copy."""
+def test_nn_multihead_attention_empty_rows_depend_on_the_path() -> None:
+    """Documents the difference from PyTorch that mha deliberately does not copy, and
+    pins torch 2.13's three answers for a row with nothing to attend to, which the
+    docstrings and chapter 5 describe: a torch upgrade that changes them fails here.
+
+    - ``need_weights=True``: NaN;
+    - ``need_weights=False`` under ``torch.no_grad()`` in eval mode, self-attention:
+      the fused fast path, NaN;
+    - ``need_weights=False`` with autograd on: the path through
+      ``F.scaled_dot_product_attention``, zeros (output ``b_o``).
+    """
     module, x, mask = empty_row_setup()
     reference = module.to_torch().eval()
     attn_mask = torch.from_numpy(to_torch_attn_mask(mask.numpy(), num_heads=2))
+    ours, _ = module(x, x, x, mask=mask)
+    b_o = module.W_o.bias.detach()
+
     out, weights = reference(x, x, x, attn_mask=attn_mask, average_attn_weights=False)
     assert torch.isnan(weights[0, :, 2]).all() and torch.isnan(out[0, 2]).all()
-    ours, _ = module(x, x, x, mask=mask)
-    torch.testing.assert_close(ours[1], out[1])
+    torch.testing.assert_close(out[1], ours[1])
+
+    with torch.no_grad():
+        out_fast, _ = reference(x, x, x, attn_mask=attn_mask, need_weights=False)
+    assert torch.isnan(out_fast[0, 2]).all()
+    torch.testing.assert_close(out_fast[1], ours[1])
+
+    out_sdpa, _ = reference(x, x, x, attn_mask=attn_mask, need_weights=False)
+    assert out_sdpa.requires_grad  # autograd was on: not the fast path
+    torch.testing.assert_close(out_sdpa[0, 2], b_o, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out_sdpa, ours, rtol=1e-10, atol=1e-10)
+
+    # Off the fast path under no_grad, need_weights=False gives zeros as well: in
+    # training mode, and for cross-attention (key is another tensor than query).
+    with torch.no_grad():
+        cross, _ = reference(x, x.clone(), x.clone(), attn_mask=attn_mask, need_weights=False)
+        training, _ = reference.train()(x, x, x, attn_mask=attn_mask, need_weights=False)
+    for out in (cross, training):
+        torch.testing.assert_close(out[0, 2], b_o, rtol=0, atol=1e-12)
+
+
+def test_nan_in_a_query_propagates_on_both_paths() -> None:
+    """A NaN query row must not come out as the finite b_o of an empty row."""
+    module, x, mask = empty_row_setup()
+    query = x.clone()
+    query[1, 1, 0] = float("nan")
+    partial = mask.clone()
+    partial[1, :, 1, 3] = False  # the NaN row has a blocked key, and allowed ones
+    for need_weights in (True, False):
+        for m in (None, partial):
+            out, weights = module(query, x, x, mask=m, need_weights=need_weights)
+            assert torch.isnan(out[1, 1]).all()
+            if need_weights:
+                assert torch.isnan(weights[1, :, 1]).all()
+            clean, _ = module(x, x, x, mask=m, need_weights=need_weights)
+            rows = torch.ones(2, 4, dtype=torch.bool)
+            rows[1, 1] = False
+            torch.testing.assert_close(out[rows], clean[rows])
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_no_keys_gives_b_o_like_nn_multihead_attention(need_weights, with_mask) -> None:
+    """S = 0: every query has nothing to attend to: zero weights (B, H, T, 0), output b_o."""
+    module, x, _ = empty_row_setup()
+    source = x[:, :0]  # (B, 0, D)
+    mask = torch.ones(2, 1, 1, 0, dtype=torch.bool) if with_mask else None
+    out, weights = module(x, source, source, mask=mask, need_weights=need_weights)
+    torch.testing.assert_close(out, module.W_o.bias.detach().expand(2, 4, 8), rtol=0, atol=0)
+    if need_weights:
+        assert weights.shape == (2, 2, 4, 0)
+    reference = module.to_torch().eval()
+    expected, expected_weights = reference(
+        x, source, source, need_weights=need_weights, average_attn_weights=False
+    )
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    if need_weights:
+        assert expected_weights.shape == weights.shape
+    # NumPy specification: the same
+    params = module.to_params()
+    out_np, weights_np = multi_head_attention(
+        x.numpy(), source.numpy(), source.numpy(), params, 2, None if mask is None else mask.numpy()
+    )
+    assert weights_np.shape == (2, 2, 4, 0)
+    np.testing.assert_allclose(out_np, out.detach().numpy(), rtol=0, atol=1e-12)
 
 
 # -------------------------------------------------------------------- conversions
@@ -317,6 +391,37 @@ def test_heads_are_single_head_attentions_on_sliced_weights() -> None:
         torch.testing.assert_close(weights[:, h], expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("d_model,num_heads", [(64, 4), (96, 3)])
+def test_init_is_xavier_uniform_with_zero_biases(d_model: int, num_heads: int) -> None:
+    """Each (D, D) projection is drawn from xavier_uniform's U(-a, a), a = sqrt(6 / (D + D)),
+    the bound AttentionParams.init uses; biases start at 0 (as nn.MultiheadAttention's).
+    nn.Linear's own default would be U(-1/sqrt(D), 1/sqrt(D)) with random biases."""
+    torch.manual_seed(0)
+    module = MultiHeadAttention(d_model, num_heads)
+    bound = math.sqrt(6 / (d_model + d_model))
+    fan_in, fan_out = nn.init._calculate_fan_in_and_fan_out(module.W_q.weight)
+    assert bound == nn.init.calculate_gain("linear") * math.sqrt(6 / (fan_in + fan_out))
+    spec = AttentionParams.init(d_model, seed=0)
+    assert np.abs(spec.W_q).max() <= bound
+
+    def check(module: MultiHeadAttention) -> None:
+        for linear in (module.W_q, module.W_k, module.W_v, module.W_o):
+            w = linear.weight.detach()
+            assert w.abs().max() <= bound
+            assert w.abs().max() > 0.99 * bound  # D^2 draws fill the whole range
+            # uniform(-a, a) has standard deviation a / sqrt(3) = 1 / sqrt(D)
+            assert abs(w.std().item() * math.sqrt(d_model) - 1.0) < 0.05
+            assert torch.equal(linear.bias.detach(), torch.zeros(d_model))
+        assert not torch.equal(module.W_q.weight, module.W_k.weight)  # separate draws
+
+    check(module)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.fill_(1.0)
+    module.reset_parameters()
+    check(module)
+
+
 def test_dropout_only_in_training_and_weights_stay_distributions() -> None:
     torch.manual_seed(0)
     module = MultiHeadAttention(8, 2, dropout=0.5).double()
@@ -358,6 +463,24 @@ def test_d_model_not_divisible_by_heads() -> None:
         MultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match="dropout"):
         MultiHeadAttention(8, 2, dropout=1.0)
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((8, 2.0), r"num_heads must be a positive integer, got 2\.0"),
+        ((8, True), r"num_heads must be a positive integer, got True"),
+        ((8, 0), r"num_heads must be a positive integer, got 0"),
+        ((8.0, 2), r"d_model must be a positive integer, got 8\.0"),
+        ((True, 1), r"d_model must be a positive integer, got True"),
+        ((-4, 2), r"d_model must be a positive integer, got -4"),
+    ],
+)
+def test_integer_arguments_must_be_integers(args, match) -> None:
+    """As the NumPy side (mha._checks): a float or a bool is not a number of heads."""
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(*args)
+    assert MultiHeadAttention(np.int64(8), np.int64(2)).num_heads == 2
 
 
 @pytest.mark.parametrize(
@@ -405,33 +528,3 @@ def test_good_mask_shapes_broadcast(module) -> None:
         out, weights = module(q, k, k, mask=torch.ones(shape, dtype=torch.bool))
         assert out.shape == (2, 5, 8) and weights.shape == (2, 2, 5, 4)
 
-
-# ------------------------------------------------------------------------- bench
-
-
-BENCH_ROWS = [
-    "mha MultiHeadAttention, weights",
-    "mha MultiHeadAttention, fast path",
-    "nn.MultiheadAttention, weights",
-    "nn.MultiheadAttention, no weights",
-    "projections + F.sdpa (reference)",
-    "per-head loop",
-    "NumPy multi_head_attention",
-    "plain matmul (B*T, D) @ (D, 4D)",
-]
-
-
-def test_bench_prints_every_row(capsys) -> None:
-    """Smoke test of `python -m mha.bench` at tiny sizes: the table, not the timings."""
-    from mha import bench
-
-    bench.main(["--batch", "2", "--length", "8", "--d-model", "16", "--heads", "2",
-                "--repeats", "1", "--warmup", "0"])  # fmt: skip
-    lines = capsys.readouterr().out.splitlines()
-    assert any("B=2, T=S=8, D=16, H=2" in line for line in lines)
-    for label in BENCH_ROWS:
-        row = [line for line in lines if line.startswith(label)]
-        assert len(row) == 1, label
-        numbers = re.findall(r"\d+\.\d+", row[0][len(label) :])
-        assert len(numbers) >= 2, row[0]  # ms and GFLOP/s (ratio too, except the matmul)
-    assert sum(line.startswith("target:") for line in lines) == 2

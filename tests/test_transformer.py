@@ -199,6 +199,78 @@ def test_wiring_matches_a_stack_of_torch_layers(norm_first: bool) -> None:
     torch.testing.assert_close(model(src, tgt_in), expected, rtol=1e-10, atol=1e-10)
 
 
+def randomise(module: nn.Module, seed: int) -> nn.Module:
+    """Random parameters, LayerNorm gains around 1: default norms (1, 0) and zero biases
+    would hide a norm or bias that was not copied."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * 0.3)
+            if "norm" in name and name.endswith("weight"):
+                param.add_(1.0)
+    return module
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_matches_torch_nn_transformer_with_copied_weights(norm_first: bool) -> None:
+    """Against PyTorch's own stacks: nn.Transformer with nn.TransformerEncoder /
+    nn.TransformerDecoder, final LayerNorms for pre-norm only (the post-norm layers end in
+    one already; nn.Transformer's default would add a second). Every weight, final norms
+    included, comes from the PyTorch side, so a final norm that is missing or misplaced
+    in ours shows up (the other wiring test reuses our own final norms)."""
+    d_model, heads, d_ff, eps, layers = 16, 2, 24, 1e-6, 2
+    torch.manual_seed(2)
+    model = Transformer(
+        SRC_V, TGT_V, d_model=d_model, num_heads=heads, num_encoder_layers=layers,
+        num_decoder_layers=layers, d_ff=d_ff, norm_first=norm_first, layer_norm_eps=eps,
+    ).double().eval()  # fmt: skip
+    options = {"dropout": 0.0, "batch_first": True, "norm_first": norm_first,
+               "layer_norm_eps": eps, "dtype": torch.float64}  # fmt: skip
+
+    def final_norm() -> nn.LayerNorm | None:
+        return nn.LayerNorm(d_model, eps=eps, dtype=torch.float64) if norm_first else None
+
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(d_model, heads, d_ff, **options), layers,
+        norm=final_norm(), enable_nested_tensor=False,
+    )  # fmt: skip
+    decoder = nn.TransformerDecoder(
+        nn.TransformerDecoderLayer(d_model, heads, d_ff, **options), layers, norm=final_norm()
+    )
+    reference = nn.Transformer(
+        d_model, heads, custom_encoder=encoder, custom_decoder=decoder, batch_first=True
+    )
+    reference = randomise(reference, seed=3).eval()
+    with torch.no_grad():
+        for ours, theirs in zip(model.encoder_layers, encoder.layers, strict=True):
+            ours.load_state_dict(EncoderLayer.from_torch(theirs).state_dict())
+        for ours, theirs in zip(model.decoder_layers, decoder.layers, strict=True):
+            ours.load_state_dict(DecoderLayer.from_torch(theirs).state_dict())
+        if norm_first:
+            model.encoder_norm.load_state_dict(encoder.norm.state_dict())
+            model.decoder_norm.load_state_dict(decoder.norm.state_dict())
+
+    def count(module: nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters())
+
+    own = count(model.src_embedding) + count(model.tgt_embedding) + count(model.output)
+    assert count(model) == count(reference) + own  # every other weight was copied
+
+    src, tgt_in = batch()
+    S, T = src.shape[1], tgt_in.shape[1]
+    src_x = model.src_embedding(src) * math.sqrt(d_model) + model.positional_encoding[:S]
+    tgt_x = model.tgt_embedding(tgt_in) * math.sqrt(d_model) + model.positional_encoding[:T]
+    src_pad, tgt_pad = src == PAD, tgt_in == PAD  # torch: True = blocked
+    hidden = reference(
+        src_x, tgt_x,
+        tgt_mask=~torch.from_numpy(causal_mask(T)),
+        src_key_padding_mask=src_pad,
+        tgt_key_padding_mask=tgt_pad,
+        memory_key_padding_mask=src_pad,
+    )  # fmt: skip
+    torch.testing.assert_close(model(src, tgt_in), model.output(hidden), rtol=1e-10, atol=1e-10)
+
+
 def test_trains_one_step_without_nan() -> None:
     model = Transformer(SRC_V, TGT_V, dropout=0.1)
     src, tgt_in = batch()
@@ -229,3 +301,27 @@ def test_bad_inputs_raise_value_errors() -> None:
         model.decode(tgt_in, memory[:, :5], src)
     with pytest.raises(ValueError, match="d_model=30, num_heads=4"):
         Transformer(SRC_V, TGT_V, d_model=30, num_heads=4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"src_vocab_size": 11.0}, r"src_vocab_size must be a positive integer, got 11\.0"),
+        ({"tgt_vocab_size": True}, r"tgt_vocab_size must be a positive integer, got True"),
+        ({"d_model": 32.0}, r"d_model must be a positive integer, got 32\.0"),
+        ({"num_heads": 2.0}, r"num_heads must be a positive integer, got 2\.0"),
+        ({"num_heads": True}, r"num_heads must be a positive integer, got True"),
+        ({"num_encoder_layers": True}, r"num_encoder_layers must be a non-negative integer"),
+        ({"num_decoder_layers": 2.0}, r"num_decoder_layers must be a non-negative integer"),
+        ({"num_decoder_layers": -1}, r"num_decoder_layers must be a non-negative integer"),
+        ({"d_ff": 64.0}, r"d_ff must be a positive integer, got 64\.0"),
+        ({"max_len": True}, r"max_len must be a positive integer, got True"),
+        ({"pad_id": 0.0}, r"pad_id must be a non-negative integer, got 0\.0"),
+        ({"pad_id": False}, r"pad_id must be a non-negative integer, got False"),
+    ],
+)
+def test_integer_arguments_must_be_integers(kwargs, match) -> None:
+    """A bool is not a count (True would silently mean 1), a float not a size."""
+    arguments = {"src_vocab_size": SRC_V, "tgt_vocab_size": TGT_V} | kwargs
+    with pytest.raises(ValueError, match=match):
+        Transformer(**arguments)

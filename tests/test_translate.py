@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import pickle
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 import torch
 
 from mha.corpus import FIXED_PHRASES, Vocab, generate_corpus
-from mha.modules import Transformer
+from mha.modules import DecoderLayer, EncoderLayer, Transformer
 from mha.translate import (
     CHECKPOINT,
     Translator,
@@ -17,6 +19,7 @@ from mha.translate import (
     greedy_decode,
     load_checkpoint,
     load_pretrained,
+    model_config,
     read_metadata,
     save_checkpoint,
 )
@@ -120,6 +123,99 @@ def test_checkpoint_loads_without_pickle(tmp_path, monkeypatch, translator):
     assert read_metadata(path)["extra"] == {"note": "test"}
     sentence = "my happy goats find a fast bear"
     assert loaded.translate(sentence) == translator.translate(sentence)
+
+
+# Every constructor argument of Transformer, each different from its default.
+NON_DEFAULT_CONFIG = {
+    "src_vocab_size": 7,
+    "tgt_vocab_size": 9,
+    "d_model": 12,
+    "num_heads": 3,
+    "num_encoder_layers": 2,
+    "num_decoder_layers": 3,
+    "d_ff": 20,
+    "dropout": 0.25,
+    "max_len": 17,
+    "pad_id": 3,
+    "norm_first": True,
+    "layer_norm_eps": 1e-6,
+}
+
+
+def test_every_constructor_argument_round_trips(tmp_path):
+    """The checkpoint stores the model's own configuration, not one rebuilt from its
+    submodules (which forgot layer_norm_eps: a 1e-6 model came back with 1e-5)."""
+    signature = inspect.signature(Transformer).parameters
+    assert set(NON_DEFAULT_CONFIG) == set(signature)  # a new argument must be added here
+    for name, value in NON_DEFAULT_CONFIG.items():
+        default = signature[name].default
+        assert default is inspect.Parameter.empty or value != default, name
+    torch.manual_seed(0)
+    model = Transformer(**NON_DEFAULT_CONFIG)
+    src_vocab = Vocab(["a", "b", "c", "d"])
+    tgt_vocab = Vocab(["u", "v", "w", "x", "y", "z"])
+    path = tmp_path / "model.npz"
+    save_checkpoint(path, Translator(model, src_vocab, tgt_vocab))
+    loaded = load_checkpoint(path).model
+
+    norms = [m for m in loaded.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 3 * 3 + 2  # per layer, plus the two final norms
+    assert [n.eps for n in norms] == [1e-6] * len(norms)
+    layers = [m for m in loaded.modules() if isinstance(m, EncoderLayer | DecoderLayer)]
+    assert len(layers) == 5 and all(layer.norm_first for layer in layers)
+    assert all(layer.dropout1.p == 0.25 for layer in layers)
+    assert loaded.pad_id == 3 and loaded.max_len == 17 and loaded.num_heads == 3
+    assert model.config == NON_DEFAULT_CONFIG and model_config(model) == NON_DEFAULT_CONFIG
+    assert read_metadata(path)["model"] == NON_DEFAULT_CONFIG
+    assert model_config(loaded) == NON_DEFAULT_CONFIG
+    for name, value in NON_DEFAULT_CONFIG.items():
+        assert type(loaded.config[name]) is type(value), name
+    for (name, a), (_, b) in zip(
+        model.state_dict().items(), loaded.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    src = torch.tensor([[4, 5, 6, 3]])
+    tgt_in = torch.tensor([[1, 4, 5]])
+    torch.testing.assert_close(loaded(src, tgt_in), model.eval()(src, tgt_in), rtol=0, atol=0)
+
+
+def test_config_is_a_copy_of_the_constructor_arguments():
+    model = Transformer(5, 6, d_model=8, num_heads=2, layer_norm_eps=1e-6)
+    assert model.config == {
+        "src_vocab_size": 5, "tgt_vocab_size": 6, "d_model": 8, "num_heads": 2,
+        "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 64, "dropout": 0.0,
+        "max_len": 64, "pad_id": 0, "norm_first": False, "layer_norm_eps": 1e-6,
+    }  # fmt: skip
+    returned = model_config(model)
+    returned["d_model"] = 1000
+    assert model.config["d_model"] == 8  # callers cannot change the model's record
+
+
+def test_shipped_checkpoint_stores_the_full_config():
+    meta = read_metadata(CHECKPOINT)
+    assert set(meta["model"]) == set(inspect.signature(Transformer).parameters)
+    assert meta["model"]["layer_norm_eps"] == 1e-5
+    assert model_config(load_pretrained().model) == meta["model"]
+
+
+def test_checkpoint_without_layer_norm_eps_still_loads(tmp_path, translator):
+    """Checkpoints written before the full config was stored lack layer_norm_eps:
+    they were all built with the default."""
+    path = tmp_path / "old.npz"
+    save_checkpoint(path, translator)
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays["__meta__"]))
+    del meta["model"]["layer_norm_eps"]
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez_compressed(path, **arrays)
+    loaded = load_checkpoint(path)
+    assert loaded.model.config["layer_norm_eps"] == 1e-5
+    meta["model"]["colour"] = "blue"
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez_compressed(path, **arrays)
+    with pytest.raises(ValueError, match=r"unknown Transformer argument\(s\) \['colour'\]"):
+        load_checkpoint(path)
 
 
 def test_not_a_checkpoint_is_refused(tmp_path):

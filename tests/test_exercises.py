@@ -1,0 +1,784 @@
+"""mha.exercises: the checkers pass correct code, name each common mistake, and never
+print the solution.
+
+Every candidate below is written here, independently of the mistake models inside
+``mha.exercises``: correct variants (loops, einsum, logsumexp) that must pass, and one
+buggy variant per mistake that must get that mistake's diagnosis and no other's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mha
+from mha import exercises
+
+
+def run(capsys: pytest.CaptureFixture[str], name: str, candidate: Callable) -> tuple[bool, str]:
+    """Check ``candidate``; return the verdict and the printed text, whitespace-normalised
+    (the report is wrapped for the book's code boxes)."""
+    verdict = exercises.check(name, candidate)
+    return verdict, " ".join(capsys.readouterr().out.split())
+
+
+# --------------------------------------------------------------------------- correct variants
+
+
+def softmax_loops(x: Any, axis: int = -1) -> np.ndarray:
+    """One slice at a time, in Python."""
+    moved = np.moveaxis(np.array(x, dtype=np.float64), axis, -1)
+    out = np.zeros_like(moved)
+    for index in np.ndindex(moved.shape[:-1]):
+        row = moved[index]
+        top = max(row)
+        if top == -math.inf:
+            continue  # nothing to attend to: zeros
+        exps = [math.exp(value - top) for value in row]
+        out[index] = [e / sum(exps) for e in exps]
+    return np.moveaxis(out, -1, axis)
+
+
+def softmax_logsumexp(x: Any, axis: int = -1) -> np.ndarray:
+    """exp(x - logsumexp(x)), with the all -inf slices set to zero afterwards."""
+    x = np.asarray(x)
+    lse = np.logaddexp.reduce(x, axis=axis, keepdims=True)
+    return np.where(np.isneginf(lse), 0.0, np.exp(x - lse))
+
+
+def sdpa_einsum(q: Any, k: Any, v: Any, mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.einsum("...td,...sd->...ts", q, k) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax_logsumexp(scores)
+    return np.einsum("...ts,...sv->...tv", weights, v), weights
+
+
+def sdpa_loops(q: Any, k: Any, v: Any, mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every query, key and batch/head index by hand."""
+    lead, (target_len, head_dim), source_len = q.shape[:-2], q.shape[-2:], k.shape[-2]
+    allowed = np.broadcast_to(True if mask is None else mask, (*lead, target_len, source_len))
+    weights = np.zeros((*lead, target_len, source_len))
+    context = np.zeros((*lead, target_len, v.shape[-1]))
+    for index in np.ndindex(lead):
+        for t in range(target_len):
+            scores = [
+                float(np.dot(q[index][t], k[index][s])) / math.sqrt(head_dim)
+                if allowed[index][t, s]
+                else -math.inf
+                for s in range(source_len)
+            ]
+            weights[index][t] = softmax_loops(scores)
+            context[index][t] = sum(w * v[index][s] for s, w in enumerate(weights[index][t]))
+    return context, weights
+
+
+def split_loops(x: np.ndarray, num_heads: int) -> np.ndarray:
+    batch, length, d_model = x.shape
+    head_dim = d_model // num_heads
+    out = np.empty((batch, num_heads, length, head_dim))
+    for h in range(num_heads):
+        out[:, h] = x[:, :, h * head_dim : (h + 1) * head_dim]
+    return out
+
+
+def merge_concat(x: np.ndarray) -> np.ndarray:
+    return np.concatenate([x[:, h] for h in range(x.shape[1])], axis=-1)
+
+
+def causal_compare(size: int) -> np.ndarray:
+    positions = np.arange(size)
+    return positions[:, None] >= positions[None, :]
+
+
+def padding_loops(lengths=None, *, tokens=None, pad_id=None, max_len=None) -> np.ndarray:
+    if tokens is not None:
+        rows = [[token != pad_id for token in row] for row in np.asarray(tokens).tolist()]
+    else:
+        width = max(lengths) if max_len is None else max_len
+        rows = [[s < n for s in range(width)] for n in lengths]
+    return np.array(rows, dtype=bool)[:, None, None, :]
+
+
+def mha_per_head(query, key, value, params, num_heads, mask=None):
+    """One head at a time on slices of the weight matrices, then concatenate."""
+    head_dim = params.d_model // num_heads
+    q = query @ params.W_q + params.b_q
+    k = key @ params.W_k + params.b_k
+    v = value @ params.W_v + params.b_v
+    contexts, weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        # a 4-D mask (B, 1, T or 1, S) has one entry for all heads: drop that axis
+        head_mask = mask[:, 0] if mask is not None and mask.ndim == 4 else mask
+        context, w = sdpa_einsum(q[..., cols], k[..., cols], v[..., cols], head_mask)
+        contexts.append(context)
+        weights.append(w)
+    output = np.concatenate(contexts, axis=-1) @ params.W_o + params.b_o
+    return output, np.stack(weights, axis=1)
+
+
+CORRECT = [
+    ("softmax", mha.softmax),
+    ("softmax", softmax_loops),
+    ("softmax", softmax_logsumexp),
+    ("scaled_dot_product_attention", mha.scaled_dot_product_attention),
+    ("scaled_dot_product_attention", sdpa_einsum),
+    ("scaled_dot_product_attention", sdpa_loops),
+    ("split_heads", mha.split_heads),
+    ("split_heads", split_loops),
+    ("merge_heads", mha.merge_heads),
+    ("merge_heads", merge_concat),
+    ("causal_mask", mha.causal_mask),
+    ("causal_mask", causal_compare),
+    ("padding_mask", mha.padding_mask),
+    ("padding_mask", padding_loops),
+    ("multi_head_attention", mha.multi_head_attention),
+    ("multi_head_attention", mha_per_head),
+]
+
+
+@pytest.mark.parametrize(("name", "candidate"), CORRECT, ids=lambda c: getattr(c, "__name__", c))
+def test_correct_implementations_pass(capsys, name: str, candidate: Callable) -> None:
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is True
+    assert out.startswith(f"{name}: correct on ")
+    assert "Hint" not in out and "mistake" not in out
+
+
+# --------------------------------------------------------------------------- buggy variants
+# One function per mistake, written the way a learner would write it. Each exercise has a
+# table {mistake: phrase}: the phrase must appear in that mistake's diagnosis, and no
+# other mistake's phrase may appear with it.
+
+
+def _exp_normalise(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    exps = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return exps / np.sum(exps, axis=axis, keepdims=True)
+
+
+def softmax_overflows(x, axis=-1):
+    exps = np.exp(x)
+    return exps / exps.sum(axis=axis, keepdims=True)
+
+
+def softmax_global_max(x, axis=-1):
+    exps = np.exp(x - x.max())
+    return exps / exps.sum(axis=axis, keepdims=True)
+
+
+def softmax_nan_row(x, axis=-1):
+    return _exp_normalise(x, axis)
+
+
+def softmax_ignores_axis(x, axis=-1):
+    return mha.softmax(x, axis=-1)
+
+
+def softmax_axis_zero(x, axis=-1):
+    exps = np.exp(x - x.max(axis=0))
+    return np.nan_to_num(exps / exps.sum(axis=0))
+
+
+def softmax_whole_array(x, axis=-1):
+    exps = np.exp(x - x.max())
+    return exps / exps.sum()
+
+
+def softmax_no_keepdims(x, axis=-1):
+    exps = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return exps / np.sum(exps, axis=axis)
+
+
+SOFTMAX = {
+    "overflow": (softmax_overflows, "exp overflows"),
+    "global max": (softmax_global_max, "one constant is subtracted from the whole array"),
+    "nan row": (softmax_nan_row, "NaN for a row with nothing to attend to"),
+    "ignores axis": (softmax_ignores_axis, "the axis argument is ignored"),
+    "axis 0": (softmax_axis_zero, "the first one (0)"),
+    "whole array": (softmax_whole_array, "The whole array sums to 1"),
+    "keepdims": (softmax_no_keepdims, "lost its reduced axis"),
+}
+
+
+def attention(q, k, v, mask=None, *, scores=None, scale=None, fill=-np.inf, axis=-1):
+    """A learner's attention with hooks: every keyword changes one step."""
+    s = q @ np.swapaxes(k, -1, -2) if scores is None else scores(q, k)
+    s = s / np.sqrt(q.shape[-1]) if scale is None else scale(s, q, k, v)
+    if mask is not None:
+        s = np.where(mask, s, fill)
+    weights = softmax_loops(s, axis=axis)
+    return weights @ v, weights
+
+
+def sdpa_no_transpose(q, k, v, mask=None):
+    return attention(q, k, v, mask, scores=lambda q, k: np.matmul(q, k))
+
+
+def sdpa_dot_t(q, k, v, mask=None):
+    return attention(q, k, v, mask, scores=lambda q, k: q @ k.T)
+
+
+def sdpa_unscaled(q, k, v, mask=None):
+    return attention(q, k, v, mask, scale=lambda s, q, k, v: s)
+
+
+def sdpa_sqrt_t(q, k, v, mask=None):
+    return attention(q, k, v, mask, scale=lambda s, q, k, v: s / math.sqrt(q.shape[-2]))
+
+
+def sdpa_sqrt_s(q, k, v, mask=None):
+    return attention(q, k, v, mask, scale=lambda s, q, k, v: s / math.sqrt(k.shape[-2]))
+
+
+def sdpa_one_over_d(q, k, v, mask=None):
+    return attention(q, k, v, mask, scale=lambda s, q, k, v: s * (1.0 / q.shape[-1]))
+
+
+def sdpa_multiplied(q, k, v, mask=None):
+    return attention(q, k, v, mask, scale=lambda s, q, k, v: s * q.shape[-1] ** 0.5)
+
+
+def sdpa_inverted_mask(q, k, v, mask=None):
+    return attention(q, k, v, None if mask is None else ~mask)
+
+
+def sdpa_ignores_mask(q, k, v, mask=None):
+    return attention(q, k, v)
+
+
+def sdpa_mask_after_softmax(q, k, v, mask=None):
+    _, weights = attention(q, k, v)
+    if mask is not None:
+        weights = weights * mask
+    return weights @ v, weights
+
+
+def sdpa_finite_fill(q, k, v, mask=None):
+    return attention(q, k, v, mask, fill=-1e4)
+
+
+def sdpa_wrong_axis(q, k, v, mask=None):
+    return attention(q, k, v, mask, axis=-2)
+
+
+def sdpa_overflows(q, k, v, mask=None):
+    scores = np.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax_overflows(scores)
+    return weights @ v, weights
+
+
+def sdpa_nan_row(q, k, v, mask=None):
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = _exp_normalise(scores)
+    return weights @ v, weights
+
+
+def sdpa_context_only(q, k, v, mask=None):
+    return sdpa_einsum(q, k, v, mask)[0]
+
+
+def sdpa_swapped(q, k, v, mask=None):
+    context, weights = sdpa_einsum(q, k, v, mask)
+    return weights, context
+
+
+SDPA = {
+    "no transpose": (sdpa_no_transpose, "the scores look like q @ k,"),
+    ".T": (sdpa_dot_t, "reverses all its axes"),
+    "no scaling": (sdpa_unscaled, "No 1/sqrt(head_dim) scaling"),
+    "sqrt(T)": (sdpa_sqrt_t, "sqrt(T), the number of queries"),
+    "sqrt(S)": (sdpa_sqrt_s, "sqrt(S), the number of keys"),
+    "1/d": (sdpa_one_over_d, "1/d instead of 1/sqrt(d)"),
+    "multiplied": (sdpa_multiplied, "multiplied by sqrt(head_dim) instead of divided"),
+    "inverted mask": (sdpa_inverted_mask, "An inverted mask"),
+    "mask ignored": (sdpa_ignores_mask, "The mask has no effect"),
+    "mask after softmax": (sdpa_mask_after_softmax, "applied after the softmax"),
+    "finite fill": (sdpa_finite_fill, "a large finite number, not -inf"),
+    "wrong axis": (sdpa_wrong_axis, "The softmax runs over the wrong axis"),
+    "overflow": (sdpa_overflows, "exp overflows"),
+    "nan row": (sdpa_nan_row, "NaN for a row with nothing to attend to"),
+    "context only": (sdpa_context_only, "Only the context is returned"),
+    "swapped": (sdpa_swapped, "wrong order: (weights, context)"),
+}
+
+
+def split_without_transpose(x, num_heads):
+    batch, length, d_model = x.shape
+    return x.reshape(batch, length, num_heads, d_model // num_heads)
+
+
+def split_reshape_only(x, num_heads):
+    batch, length, d_model = x.shape
+    return np.reshape(x, (batch, num_heads, length, -1))
+
+
+def split_interleaved(x, num_heads):
+    batch, length, d_model = x.shape
+    return np.einsum("btdh->bhtd", x.reshape(batch, length, -1, num_heads))
+
+
+def split_last_two_swapped(x, num_heads):
+    batch, length, d_model = x.shape
+    return x.reshape(batch, length, num_heads, -1).transpose(0, 2, 3, 1)
+
+
+def split_sizes_confused(x, num_heads):
+    batch, length, d_model = x.shape
+    head_dim = d_model // num_heads
+    return x.reshape(batch, length, head_dim, num_heads).transpose(0, 2, 1, 3)
+
+
+SPLIT = {
+    "no transpose": (split_without_transpose, "split_heads without the transpose"),
+    "reshape only": (split_reshape_only, "head 0 gets whole tokens"),
+    "interleaved": (split_interleaved, "the heads are interleaved"),
+    "last two swapped": (split_last_two_swapped, "the last two axes are swapped"),
+    "sizes confused": (split_sizes_confused, "num_heads and head_dim are confused"),
+}
+
+
+def merge_reshape_only(x):
+    batch, heads, length, head_dim = x.shape
+    return np.reshape(x, (batch, length, -1))
+
+
+def merge_interleaved(x):
+    batch, heads, length, head_dim = x.shape
+    return np.moveaxis(x, 1, -1).reshape(batch, length, -1)  # (B, T, Dh, H)
+
+
+def merge_no_reshape(x):
+    return x.transpose(0, 2, 1, 3)
+
+
+def merge_sum(x):
+    return sum(x[:, h] for h in range(x.shape[1]))
+
+
+def merge_mean(x):
+    return np.mean(x, axis=1)
+
+
+MERGE = {
+    "reshape only": (merge_reshape_only, "without moving the head axis"),
+    "interleaved": (merge_interleaved, "the features are interleaved"),
+    "no reshape": (merge_no_reshape, "moved but not concatenated"),
+    "sum": (merge_sum, "added together"),
+    "mean": (merge_mean, "averaged instead of concatenated"),
+}
+
+
+CAUSAL = {
+    "k=-1": (lambda size: np.tril(np.ones((size, size)), k=-1) > 0, "cannot see itself"),
+    "k=1": (lambda size: np.tril(np.ones((size, size)), k=1) > 0, "one step ahead"),
+    "inverted": (lambda size: np.triu(np.ones((size, size), dtype=bool), k=1), "An inverted mask"),
+    "transposed": (
+        lambda size: np.triu(np.ones((size, size), dtype=bool)),
+        "The mask is transposed",
+    ),
+    "float": (lambda size: np.tril(np.ones((size, size))), "not a boolean array"),
+    "int": (lambda size: np.tril(np.ones((size, size), dtype=int)), "not a boolean array"),
+    "additive": (
+        lambda size: np.where(causal_compare(size), 0.0, -np.inf),
+        "An additive mask (0 and -inf)",
+    ),
+}
+
+
+def padding_inverted(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    return ~padding_loops(lengths, tokens=tokens, pad_id=pad_id, max_len=max_len)
+
+
+def padding_flat(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    return padding_loops(lengths, tokens=tokens, pad_id=pad_id, max_len=max_len)[:, 0, 0]
+
+
+def padding_one_too_many(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    if tokens is not None:
+        return padding_loops(tokens=tokens, pad_id=pad_id)
+    width = max(lengths) if max_len is None else max_len
+    return np.array([[s <= n for s in range(width)] for n in lengths])[:, None, None, :]
+
+
+def padding_ignores_max_len(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    return padding_loops(lengths, tokens=tokens, pad_id=pad_id)
+
+
+def padding_pad_zero(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    return padding_loops(lengths, tokens=tokens, pad_id=0, max_len=max_len)
+
+
+def padding_float(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    return padding_loops(lengths, tokens=tokens, pad_id=pad_id, max_len=max_len) * 1.0
+
+
+PADDING = {
+    "inverted": (padding_inverted, "True marks the padding"),
+    "flat": (padding_flat, "Shape (B, S)"),
+    "off by one": (padding_one_too_many, "one pad too many"),
+    "max_len ignored": (padding_ignores_max_len, "max_len is ignored"),
+    "pad id 0": (padding_pad_zero, "recognised by the id 0"),
+    "float": (padding_float, "not a boolean array"),
+}
+
+
+def learner_mha(
+    query,
+    key,
+    value,
+    params,
+    num_heads,
+    mask=None,
+    *,
+    attend=sdpa_einsum,
+    split=split_loops,
+    merge=merge_concat,
+    biases=True,
+    transpose_weights=False,
+    project_output=True,
+):
+    """A learner's multi-head attention with hooks: every keyword changes one step."""
+
+    def linear(x, w, b):
+        w = w.T if transpose_weights else w
+        return x @ w + b if biases else x @ w
+
+    q = split(linear(query, params.W_q, params.b_q), num_heads)
+    k = split(linear(key, params.W_k, params.b_k), num_heads)
+    v = split(linear(value, params.W_v, params.b_v), num_heads)
+    context, weights = attend(q, k, v, mask)
+    merged = merge(context)
+    return (linear(merged, params.W_o, params.b_o) if project_output else merged), weights
+
+
+def mha_variant(**changes: Any) -> Callable:
+    def candidate(query, key, value, params, num_heads, mask=None):
+        return learner_mha(query, key, value, params, num_heads, mask, **changes)
+
+    return candidate
+
+
+def mha_same_projection(query, key, value, params, num_heads, mask=None):
+    def project(x):
+        return split_loops(x @ params.W_q + params.b_q, num_heads)
+
+    context, weights = sdpa_loops(project(query), project(key), project(value), mask)
+    return merge_concat(context) @ params.W_o + params.b_o, weights
+
+
+def mha_one_head(query, key, value, params, num_heads, mask=None):
+    return learner_mha(query, key, value, params, 1, mask)
+
+
+def mha_averaged_weights(query, key, value, params, num_heads, mask=None):
+    output, weights = learner_mha(query, key, value, params, num_heads, mask)
+    return output, weights.mean(axis=1)
+
+
+def mha_output_only(query, key, value, params, num_heads, mask=None):
+    return learner_mha(query, key, value, params, num_heads, mask)[0]
+
+
+def mha_swapped(query, key, value, params, num_heads, mask=None):
+    output, weights = learner_mha(query, key, value, params, num_heads, mask)
+    return weights, output
+
+
+def sqrt_d_model(s, q, k, v):
+    return s / math.sqrt(q.shape[1] * q.shape[-1])
+
+
+MHA = {
+    "no W_o": (mha_variant(project_output=False), "W_o forgotten"),
+    "no biases": (mha_variant(biases=False), "biases b_q, b_k, b_v, b_o are not added"),
+    "W.T": (mha_variant(transpose_weights=True), "used transposed"),
+    "W_q everywhere": (mha_same_projection, "projected with W_q"),
+    "split reshape only": (mha_variant(split=split_reshape_only), "each head gets whole tokens"),
+    "interleaved": (
+        mha_variant(split=split_interleaved, merge=merge_interleaved),
+        "head h gets features h, h+H",
+    ),
+    "merge reshape only": (mha_variant(merge=merge_reshape_only), "(B, T, D) without moving"),
+    "merge interleaved": (mha_variant(merge=merge_interleaved), "(Dh, H) instead of"),
+    "one head": (mha_one_head, "num_heads is ignored"),
+    "averaged weights": (mha_averaged_weights, "averaged over the heads"),
+    "no transpose": (mha_variant(attend=sdpa_no_transpose), "the scores look like q @ k in"),
+    "sqrt(d_model)": (
+        mha_variant(attend=lambda q, k, v, m: attention(q, k, v, m, scale=sqrt_d_model)),
+        "divided by sqrt(d_model)",
+    ),
+    "no scaling": (mha_variant(attend=sdpa_unscaled), "No 1/sqrt(head_dim) scaling"),
+    "sqrt(T)": (mha_variant(attend=sdpa_sqrt_t), "sqrt(T), the number of queries"),
+    "inverted mask": (mha_variant(attend=sdpa_inverted_mask), "An inverted mask"),
+    "mask ignored": (mha_variant(attend=sdpa_ignores_mask), "The mask has no effect"),
+    "wrong axis": (mha_variant(attend=sdpa_wrong_axis), "runs over the wrong axis"),
+    "overflow": (mha_variant(attend=sdpa_overflows), "exp overflows"),
+    "nan row": (mha_variant(attend=sdpa_nan_row), "NaN for a row with nothing to attend to"),
+    "finite fill": (mha_variant(attend=sdpa_finite_fill), "a large finite number, not -inf"),
+    "output only": (mha_output_only, "Only the output is returned"),
+    "swapped": (mha_swapped, "wrong order: (weights, output)"),
+}
+
+MISTAKES = {
+    "softmax": SOFTMAX,
+    "scaled_dot_product_attention": SDPA,
+    "split_heads": SPLIT,
+    "merge_heads": MERGE,
+    "causal_mask": CAUSAL,
+    "padding_mask": PADDING,
+    "multi_head_attention": MHA,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "mistake"),
+    [(name, mistake) for name, table in MISTAKES.items() for mistake in table],
+)
+def test_each_mistake_gets_its_own_diagnosis(capsys, name: str, mistake: str) -> None:
+    table = MISTAKES[name]
+    candidate, phrase = table[mistake]
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is False
+    assert out.startswith(f"{name}: case ")
+    assert "Likely mistake: " in out and "Hint: " in out
+    assert phrase in out, out
+    others = [other for other, (_, p) in table.items() if p != phrase and p in out]
+    assert not others, f"{mistake} also printed the diagnosis of {others}: {out}"
+
+
+# --------------------------------------------------------------------------- other reports
+
+
+@pytest.mark.parametrize("name", exercises.names())
+def test_a_stub_is_not_implemented_yet(capsys, name: str) -> None:
+    def stub(*args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    verdict, out = run(capsys, name, stub)
+    assert verdict is False
+    assert out == f"{name}: not implemented yet."
+
+
+def test_a_case_left_unimplemented_is_named(capsys) -> None:
+    def only_last_axis(x, axis=-1):
+        if axis != -1:
+            raise NotImplementedError("only the last axis")
+        return softmax_loops(x)
+
+    verdict, out = run(capsys, "softmax", only_last_axis)
+    assert verdict is False
+    assert "case 4 of 10" in out and "axis=0" in out
+    assert "is not implemented yet (NotImplementedError)" in out
+
+
+def test_changing_an_input_in_place_is_reported(capsys) -> None:
+    def in_place(x, axis=-1):
+        x[...] = softmax_loops(x, axis)  # right values, but in the caller's array
+        return x
+
+    verdict, out = run(capsys, "softmax", in_place)
+    assert verdict is False
+    assert "case 1 of 10 (x (3, 5)): your function changed its argument x in place" in out
+    assert "Likely mistake" not in out
+
+
+def test_changing_the_weights_in_place_is_reported(capsys) -> None:
+    def folds_scale_into_w_q(query, key, value, params, num_heads, mask=None):
+        scale = (params.d_model // num_heads) ** -0.5
+        params.W_q *= scale  # right output, but the caller's weights are changed
+        params.b_q *= scale
+        return learner_mha(query, key, value, params, num_heads, mask, attend=sdpa_unscaled)
+
+    verdict, out = run(capsys, "multi_head_attention", folds_scale_into_w_q)
+    assert verdict is False
+    assert "case 1 of 7" in out and "changed its argument params.W_q in place" in out
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        (None, "returned None (is a return statement missing?)"),
+        ("probabilities", "returned str where an array of numbers was expected"),
+        ([1.0, [2.0, 3.0]], "returned list where an array of numbers was expected"),
+    ],
+)
+def test_a_result_that_is_not_an_array(capsys, result: Any, message: str) -> None:
+    verdict, out = run(capsys, "softmax", lambda x, axis=-1: result)
+    assert verdict is False
+    assert message in out
+
+
+def test_a_pair_where_one_array_is_expected(capsys) -> None:
+    verdict, out = run(capsys, "softmax", lambda x, axis=-1: (softmax_loops(x, axis), x))
+    assert verdict is False
+    assert "returned 2 arrays where mha returns one array" in out
+
+
+def test_a_pair_holding_none(capsys) -> None:
+    verdict, out = run(capsys, "scaled_dot_product_attention", lambda q, k, v, mask=None: (q, None))
+    assert verdict is False
+    assert "returned None where an array of numbers was expected" in out
+
+
+def test_an_exception_is_reported_with_the_generic_hint(capsys) -> None:
+    def two_dims_only(x, axis=-1):
+        rows, cols = x.shape
+        return softmax_loops(x, axis)
+
+    verdict, out = run(capsys, "softmax", two_dims_only)
+    assert verdict is False
+    assert "case 3 of 10 (x (2, 3, 5)): raised ValueError: too many values to unpack" in out
+    assert "Likely mistake" not in out and "Hint: Check on a small input" in out
+
+
+def test_an_unknown_mistake_gets_the_largest_deviation(capsys) -> None:
+    verdict, out = run(capsys, "softmax", lambda x, axis=-1: softmax_loops(x, axis) + 1e-3)
+    assert verdict is False
+    assert "case 1 of 10 (x (3, 5)): the result differs from mha's by up to 0.001" in out
+    assert "Likely mistake" not in out and "Hint: " in out
+
+
+@pytest.mark.parametrize(("value", "word"), [(np.nan, "NaN"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_a_non_number_is_named(capsys, value: float, word: str) -> None:
+    def spoiled(q, k, v, mask=None):
+        context, weights = sdpa_einsum(q, k, v, mask)
+        weights = weights.copy()
+        weights[..., -1, -1] = value
+        return context, weights
+
+    verdict, out = run(capsys, "scaled_dot_product_attention", spoiled)
+    assert verdict is False
+    assert f"weights has {word} where a number was expected (at (2, 3))" in out
+
+
+def test_a_wrong_shape_is_named(capsys) -> None:
+    def three_dims(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+        return padding_loops(lengths, tokens=tokens, pad_id=pad_id, max_len=max_len)[:, 0]
+
+    verdict, out = run(capsys, "padding_mask", three_dims)
+    assert verdict is False
+    assert "the mask has shape (3, 1, 4), expected (3, 1, 1, 4)" in out
+    assert "Likely mistake" not in out
+
+
+def test_two_mistakes_name_the_one_seen_first(capsys) -> None:
+    def unscaled_and_overflowing(q, k, v, mask=None):
+        weights = softmax_overflows(
+            np.where(True if mask is None else mask, q @ k.swapaxes(-1, -2), -np.inf)
+        )
+        return weights @ v, weights
+
+    verdict, out = run(capsys, "scaled_dot_product_attention", unscaled_and_overflowing)
+    assert verdict is False
+    assert "case 1 of 9" in out and "No 1/sqrt(head_dim) scaling" in out
+    assert "exp overflows" not in out
+
+
+# --------------------------------------------------------------------------- the interface
+
+
+def test_names_lists_the_seven_functions() -> None:
+    expected = {
+        "softmax",
+        "scaled_dot_product_attention",
+        "split_heads",
+        "merge_heads",
+        "causal_mask",
+        "padding_mask",
+        "multi_head_attention",
+    }
+    assert expected <= set(exercises.names())
+    assert all(callable(getattr(mha, name)) for name in exercises.names())
+
+
+def test_an_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown exercise 'sofmax'; known: softmax, "):
+        exercises.check("sofmax", mha.softmax)
+
+
+def test_a_candidate_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="candidate must be a function, got ndarray"):
+        exercises.check("softmax", np.zeros(3))
+
+
+def test_the_reference_output_is_never_printed(capsys) -> None:
+    for name, candidate in [
+        ("softmax", lambda x, axis=-1: softmax_loops(x, axis) * 0.99),
+        ("scaled_dot_product_attention", sdpa_unscaled),
+        ("multi_head_attention", MHA["no W_o"][0]),
+        ("causal_mask", CAUSAL["k=1"][0]),
+    ]:
+        verdict, out = run(capsys, name, candidate)
+        assert verdict is False
+        assert "[" not in out and "array(" not in out  # no array was printed
+    # spot-check: none of mha's numbers for the failing case appears
+    _, out = run(capsys, "softmax", lambda x, axis=-1: softmax_loops(x, axis) * 0.99)
+    assert "case 1 of 10" in out
+    x = exercises._EXERCISES["softmax"].cases(np.random.default_rng(exercises._SEED))[0].args[0]
+    for value in mha.softmax(x).ravel():
+        assert f"{value:.4f}" not in out and str(value) not in out
+
+
+def test_reports_are_repeatable(capsys) -> None:
+    first = run(capsys, "multi_head_attention", MHA["inverted mask"][0])
+    assert run(capsys, "multi_head_attention", MHA["inverted mask"][0]) == first
+
+
+def test_a_correct_float32_implementation_passes(capsys) -> None:
+    def float32_softmax(x, axis=-1):
+        x = np.asarray(x)
+        return softmax_loops(x, axis).astype(x.dtype)
+
+    assert run(capsys, "softmax", float32_softmax)[0] is True
+
+
+# --------------------------------------------------------------------------- the mistake models
+
+
+@pytest.mark.parametrize("name", exercises.names())
+def test_every_mistake_model_is_told_apart(capsys, name: str) -> None:
+    """Each private model, run as a candidate, gets its own diagnosis: the cases are
+    rich enough to tell every pair of mistakes apart."""
+    exercise = exercises._EXERCISES[name]
+    for mistake in exercise.mistakes:
+        verdict, out = run(capsys, name, mistake.model)
+        assert verdict is False
+        assert " ".join(f"Likely mistake: {mistake.what}".split()) in out, out
+
+
+def test_a_broken_case_is_an_error_of_the_checker(monkeypatch) -> None:
+    exercise = exercises._EXERCISES["causal_mask"]
+    broken = dataclasses.replace(exercise, cases=lambda rng: [exercises._Case("size=0", (0,))])
+    monkeypatch.setitem(exercises._EXERCISES, "causal_mask", broken)
+    with pytest.raises(RuntimeError, match="mha.causal_mask failed on a checker case"):
+        exercises.check("causal_mask", causal_compare)
+
+
+def test_the_models_start_from_mha(capsys) -> None:
+    """The models' unchanged steps are mha's: with no change they pass the checker."""
+    assert run(capsys, "scaled_dot_product_attention", exercises._attend)[0] is True
+    assert run(capsys, "multi_head_attention", exercises._multi_head)[0] is True
+
+
+@pytest.mark.slow
+def test_the_module_imports_neither_torch_nor_matplotlib() -> None:
+    code = (
+        "import sys, mha.exercises; "
+        "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
