@@ -1,8 +1,20 @@
 """mha: multi-head attention, written to be read, and proven equal to PyTorch.
 
-The NumPy functions re-exported here are the specification; the PyTorch modules
-(``from mha.modules import MultiHeadAttention, ...``) and the drawings
-(``from mha import draw``) are tested against them.
+The NumPy functions named here are the specification (``mha.softmax``,
+``mha.multi_head_attention``, ...). The package is built in layers, each importing
+only those below it:
+
+* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`
+  (NumPy only: no torch, no matplotlib);
+* beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
+  :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
+  so that the tests comparing the two compare independent code;
+* above both: :mod:`mha.convert` (weights between the specification, our modules and
+  ``torch.nn``), :mod:`mha.draw` (figures from real arrays), :mod:`mha.exercises`
+  (checkers for the learner's code), :mod:`mha.bench`, :mod:`mha.notebook`, and the
+  tiny translator, :mod:`mha.translator`.
+
+``import mha`` loads nothing else: each name below is imported on first use.
 
 Shape legend
 ------------
@@ -21,46 +33,49 @@ nothing to attend to (every key blocked, or no keys at all) gets zero weights an
 context, never NaN; a NaN in the input propagates to the rows it reaches, as in PyTorch.
 """
 
-from mha.functional import (
-    AttentionParams,
-    AttentionSteps,
-    merge_heads,
-    multi_head_attention,
-    multi_head_attention_steps,
-    scaled_dot_product_attention,
-    softmax,
-    split_heads,
-)
-from mha.masks import (
-    causal_mask,
-    combine_masks,
-    from_additive_mask,
-    from_torch_attn_mask,
-    from_torch_key_padding_mask,
-    padding_mask,
-    to_additive_mask,
-    to_torch_attn_mask,
-    to_torch_key_padding_mask,
-)
-from mha.positional import sinusoidal_positional_encoding
+from __future__ import annotations
 
-__all__ = [
-    "AttentionParams",
-    "AttentionSteps",
-    "causal_mask",
-    "combine_masks",
-    "from_additive_mask",
-    "from_torch_attn_mask",
-    "from_torch_key_padding_mask",
-    "merge_heads",
-    "multi_head_attention",
-    "multi_head_attention_steps",
-    "padding_mask",
-    "scaled_dot_product_attention",
-    "sinusoidal_positional_encoding",
-    "softmax",
-    "split_heads",
-    "to_additive_mask",
-    "to_torch_attn_mask",
-    "to_torch_key_padding_mask",
-]
+import importlib
+from typing import Any
+
+# Where each name of the specification lives: loaded on first use, so that importing
+# a torch layer (which imports the package ``mha`` first) does not load the NumPy one.
+_SPECIFICATION = {
+    "mha.attention": [
+        "AttentionParams",
+        "AttentionSteps",
+        "merge_heads",
+        "multi_head_attention",
+        "multi_head_attention_steps",
+        "scaled_dot_product_attention",
+        "softmax",
+        "split_heads",
+    ],
+    "mha.masks": [
+        "causal_mask",
+        "combine_masks",
+        "from_additive_mask",
+        "from_torch_attn_mask",
+        "from_torch_key_padding_mask",
+        "padding_mask",
+        "to_additive_mask",
+        "to_torch_attn_mask",
+        "to_torch_key_padding_mask",
+    ],
+    "mha.positional": ["sinusoidal_positional_encoding"],
+}
+_HOME = {name: module for module, names in _SPECIFICATION.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'mha' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -38,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mha.functional import multi_head_attention
+from mha.attention import multi_head_attention
+from mha.convert import module_to_torch, params_from_module
 from mha.modules import MultiHeadAttention
 
 OURS_WEIGHTS = "mha MultiHeadAttention, weights"
@@ -376,9 +377,9 @@ def bench_rows(config: Config) -> dict[str, Callable[[], object]]:
     """Every row's forward on the same seeded weights and input."""
     torch.manual_seed(0)
     module = MultiHeadAttention(config.d_model, config.heads).eval()
-    reference = module.to_torch().eval()
+    reference = module_to_torch(module).eval()
     x = torch.randn(config.batch, config.length, config.d_model)
-    params = module.to_params()  # float32 NumPy copies of the same weights
+    params = params_from_module(module)  # float32 NumPy copies of the same weights
     x_np = x.numpy()
     wide = torch.randn(config.d_model, 4 * config.d_model)  # the 4 projections side by side
     flat = x.view(-1, config.d_model)  # (B, T, D) -> (B T, D)

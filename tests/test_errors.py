@@ -12,6 +12,7 @@ from mha import (
     AttentionParams,
     causal_mask,
     combine_masks,
+    convert,
     from_additive_mask,
     from_torch_attn_mask,
     from_torch_key_padding_mask,
@@ -132,7 +133,7 @@ def test_d_model_not_divisible_by_num_heads() -> None:
     with raises("d_model=8", "num_heads=3"):
         split_heads(X, 3)
     with raises("d_model=8", "num_heads=3"):
-        PARAMS.to_torch(3)
+        convert.params_to_torch(PARAMS, 3)
     for bad in (0, -2, 2.0, True):
         with raises("num_heads", repr(bad)):
             multi_head_attention(X, X, X, PARAMS, bad)

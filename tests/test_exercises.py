@@ -8,11 +8,14 @@ buggy variant per mistake that must get that mistake's diagnosis and no other's.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
+import pkgutil
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +23,9 @@ import pytest
 
 import mha
 from mha import exercises
+from mha.exercises._attention import _attend
+from mha.exercises._core import _Case
+from mha.exercises._multi_head_attention import _multi_head
 
 
 def run(capsys: pytest.CaptureFixture[str], name: str, candidate: Callable) -> tuple[bool, str]:
@@ -760,7 +766,7 @@ def test_every_mistake_model_is_told_apart(capsys, name: str) -> None:
 
 def test_a_broken_case_is_an_error_of_the_checker(monkeypatch) -> None:
     exercise = exercises._EXERCISES["causal_mask"]
-    broken = dataclasses.replace(exercise, cases=lambda rng: [exercises._Case("size=0", (0,))])
+    broken = dataclasses.replace(exercise, cases=lambda rng: [_Case("size=0", (0,))])
     monkeypatch.setitem(exercises._EXERCISES, "causal_mask", broken)
     with pytest.raises(RuntimeError, match="mha.causal_mask failed on a checker case"):
         exercises.check("causal_mask", causal_compare)
@@ -768,8 +774,8 @@ def test_a_broken_case_is_an_error_of_the_checker(monkeypatch) -> None:
 
 def test_the_models_start_from_mha(capsys) -> None:
     """The models' unchanged steps are mha's: with no change they pass the checker."""
-    assert run(capsys, "scaled_dot_product_attention", exercises._attend)[0] is True
-    assert run(capsys, "multi_head_attention", exercises._multi_head)[0] is True
+    assert run(capsys, "scaled_dot_product_attention", _attend)[0] is True
+    assert run(capsys, "multi_head_attention", _multi_head)[0] is True
 
 
 @pytest.mark.slow
@@ -782,3 +788,34 @@ def test_the_module_imports_neither_torch_nor_matplotlib() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def reaches_below_mha(source: str) -> list[str]:
+    """What ``source`` imports besides the standard library, NumPy and ``import mha``,
+    and each ``mha.<submodule>`` it names: the checkers use mha's top-level names."""
+    submodules = {m.name for m in pkgutil.iter_modules(mha.__path__)} | {"functional"}
+
+    def allowed(module: str) -> bool:
+        return module in ("mha", "numpy") or module.split(".")[0] in sys.stdlib_module_names
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if not allowed(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found += [] if node.module != "mha" and allowed(node.module) else [node.module]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "mha" and node.attr in submodules:
+                found.append(f"mha.{node.attr}")
+    return found
+
+
+def test_the_package_uses_only_numpy_and_mhas_top_level_names() -> None:
+    bad = "import torch\nimport mha\nfrom mha import attention\nmha.attention.softmax\n"
+    assert reaches_below_mha(bad) == ["torch", "mha", "mha.attention"]
+    assert reaches_below_mha("import math\nimport numpy\nimport mha\nmha.softmax\n") == []
+    package = Path(exercises.__file__).parent
+    modules = sorted(package.glob("*.py"))
+    assert len(modules) > 1  # the package, not a single module
+    for path in modules:
+        assert reaches_below_mha(path.read_text()) == [], path.name

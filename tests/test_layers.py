@@ -7,13 +7,14 @@ import pytest
 import torch
 from torch import nn
 
+from mha import convert
 from mha.masks import (
     causal_mask,
     padding_mask,
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
-from mha.modules import DecoderLayer, EncoderLayer, FeedForward
+from mha.transformer import DecoderLayer, EncoderLayer, FeedForward
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -58,7 +59,7 @@ def test_encoder_layer_matches_torch(seed: int, norm_first: bool, mask_kind: str
         D, H, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first, layer_norm_eps=EPS
     )
     layer = randomise(layer, seed).to(dtype).eval()
-    ours = EncoderLayer.from_torch(layer)
+    ours = convert.encoder_layer_from_torch(layer)
     assert not ours.training and ours.norm_first is norm_first
     assert ours.norm1.eps == ours.norm2.eps == EPS
     assert ours.self_attn.dropout == 0.1
@@ -88,7 +89,7 @@ def test_decoder_layer_matches_torch(seed: int, norm_first: bool, mask_kind: str
         D, H, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first, layer_norm_eps=EPS
     )
     layer = randomise(layer, seed).to(dtype).eval()
-    ours = DecoderLayer.from_torch(layer)
+    ours = convert.decoder_layer_from_torch(layer)
     assert not ours.training and ours.norm_first is norm_first
     assert ours.norm1.eps == ours.norm2.eps == ours.norm3.eps == EPS
 
@@ -171,7 +172,7 @@ def test_encoder_layer_dropouts_sit_where_torch_has_them(norm_first, mask_kind) 
         D, H, D_FF, dropout=0.3, batch_first=True, norm_first=norm_first, layer_norm_eps=EPS
     )
     layer = randomise(layer, 0).double().train()
-    ours = EncoderLayer.from_torch(layer)
+    ours = convert.encoder_layer_from_torch(layer)
     assert ours.training
     replace_dropouts(ours, list(DROPOUT_ROLES))
     replace_dropouts(layer, list(DROPOUT_ROLES.values()))
@@ -194,7 +195,7 @@ def test_decoder_layer_dropouts_sit_where_torch_has_them(norm_first, mask_kind) 
         D, H, D_FF, dropout=0.3, batch_first=True, norm_first=norm_first, layer_norm_eps=EPS
     )
     layer = randomise(layer, 1).double().train()
-    ours = DecoderLayer.from_torch(layer)
+    ours = convert.decoder_layer_from_torch(layer)
     replace_dropouts(ours, list(DROPOUT_ROLES))
     replace_dropouts(layer, list(DROPOUT_ROLES.values()))
     x = torch.randn(3, 5, D, dtype=torch.float64)
@@ -225,8 +226,8 @@ def test_layers_without_bias_convert() -> None:
     encoder = nn.TransformerEncoderLayer(D, H, D_FF, batch_first=True, bias=False).eval()
     decoder = nn.TransformerDecoderLayer(D, H, D_FF, batch_first=True, bias=False).eval()
     x, memory = torch.randn(2, 3, D), torch.randn(2, 4, D)
-    ours_encoder = EncoderLayer.from_torch(encoder)
-    ours_decoder = DecoderLayer.from_torch(decoder)
+    ours_encoder = convert.encoder_layer_from_torch(encoder)
+    ours_decoder = convert.decoder_layer_from_torch(decoder)
     assert ours_encoder.norm1.bias is None and ours_decoder.cross_attn.W_o.bias is None
     torch.testing.assert_close(ours_encoder(x)[0], encoder(x))
     torch.testing.assert_close(ours_decoder(x, memory)[0], decoder(x, memory))
@@ -244,7 +245,7 @@ def test_feed_forward_is_relu_between_two_linears() -> None:
 
 def test_training_mode_and_dropout_are_carried_over() -> None:
     layer = nn.TransformerDecoderLayer(D, H, D_FF, dropout=0.25, batch_first=True)
-    ours = DecoderLayer.from_torch(layer)  # torch layers start in training mode
+    ours = convert.decoder_layer_from_torch(layer)  # torch layers start in training mode
     assert ours.training
     assert ours.dropout1.p == ours.feed_forward.dropout.p == ours.cross_attn.dropout == 0.25
 
@@ -266,12 +267,17 @@ def test_integer_arguments_must_be_integers(build, match) -> None:
         build()
 
 
-@pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
-def test_from_torch_rejects_what_it_cannot_copy(cls) -> None:
-    torch_cls = nn.TransformerEncoderLayer if cls is EncoderLayer else nn.TransformerDecoderLayer
+@pytest.mark.parametrize(
+    ("copy", "torch_cls"),
+    [
+        (convert.encoder_layer_from_torch, nn.TransformerEncoderLayer),
+        (convert.decoder_layer_from_torch, nn.TransformerDecoderLayer),
+    ],
+)
+def test_from_torch_rejects_what_it_cannot_copy(copy, torch_cls) -> None:
     with pytest.raises(ValueError, match="relu"):
-        cls.from_torch(torch_cls(D, H, D_FF, activation="gelu", batch_first=True))
+        copy(torch_cls(D, H, D_FF, activation="gelu", batch_first=True))
     with pytest.raises(ValueError, match="batch_first"):
-        cls.from_torch(torch_cls(D, H, D_FF))
+        copy(torch_cls(D, H, D_FF))
     with pytest.raises(TypeError, match=torch_cls.__name__):
-        cls.from_torch(nn.Linear(D, D))
+        copy(nn.Linear(D, D))

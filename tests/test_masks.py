@@ -11,6 +11,7 @@ from mha import (
     AttentionParams,
     causal_mask,
     combine_masks,
+    convert,
     from_additive_mask,
     from_torch_attn_mask,
     from_torch_key_padding_mask,
@@ -139,7 +140,7 @@ def setup():
     batch, length, d_model, num_heads = 3, 5, 8, 2
     params = AttentionParams.init(d_model, seed=1)
     params.b_q, params.b_k, params.b_v, params.b_o = (rng.normal(size=d_model) for _ in range(4))
-    module = params.to_torch(num_heads).eval()
+    module = convert.params_to_torch(params, num_heads).eval()
     x = rng.normal(size=(batch, length, d_model))
     return params, module, x, num_heads
 

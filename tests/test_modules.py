@@ -1,7 +1,7 @@
 """MultiHeadAttention (PyTorch) == NumPy spec == nn.MultiheadAttention == SDPA.
 
 Every equivalence test runs four independent computations on the same weights and
-inputs: the NumPy function ``mha.functional.multi_head_attention``, our module on both
+inputs: the NumPy function ``mha.attention.multi_head_attention``, our module on both
 paths (explicit softmax and ``F.scaled_dot_product_attention``), ``nn.MultiheadAttention``
 with its own (opposite) mask convention, and a hand-written projections + SDPA pipeline.
 """
@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha.functional import AttentionParams, multi_head_attention
+from mha import convert
+from mha.attention import AttentionParams, multi_head_attention
 from mha.masks import (
     causal_mask,
     combine_masks,
@@ -120,7 +121,7 @@ def test_four_implementations_agree(
     )
 
     # 2. Our module, both paths.
-    ours = MultiHeadAttention.from_params(params, num_heads).eval()
+    ours = convert.params_to_module(params, num_heads).eval()
     query, key = torch.from_numpy(query_np), torch.from_numpy(key_np)
     mask = None if masks["ours"] is None else torch.from_numpy(masks["ours"])
     with torch.no_grad():
@@ -128,7 +129,7 @@ def test_four_implementations_agree(
         out_fast, no_weights = ours(query, key, key, mask=mask, need_weights=False)
 
         # 3. nn.MultiheadAttention with the same weights and the converted masks.
-        reference = ours.to_torch().eval()
+        reference = convert.module_to_torch(ours).eval()
         out_torch, weights_torch = reference(
             query, key, key, average_attn_weights=False, **masks["torch"]
         )
@@ -212,7 +213,7 @@ def test_nn_multihead_attention_empty_rows_depend_on_the_path() -> None:
       ``F.scaled_dot_product_attention``, zeros (output ``b_o``).
     """
     module, x, mask = empty_row_setup()
-    reference = module.to_torch().eval()
+    reference = convert.module_to_torch(module).eval()
     attn_mask = torch.from_numpy(to_torch_attn_mask(mask.numpy(), num_heads=2))
     ours, _ = module(x, x, x, mask=mask)
     b_o = module.W_o.bias.detach()
@@ -270,7 +271,7 @@ def test_no_keys_gives_b_o_like_nn_multihead_attention(need_weights, with_mask) 
     torch.testing.assert_close(out, module.W_o.bias.detach().expand(2, 4, 8), rtol=0, atol=0)
     if need_weights:
         assert weights.shape == (2, 2, 4, 0)
-    reference = module.to_torch().eval()
+    reference = convert.module_to_torch(module).eval()
     expected, expected_weights = reference(
         x, source, source, need_weights=need_weights, average_attn_weights=False
     )
@@ -278,7 +279,7 @@ def test_no_keys_gives_b_o_like_nn_multihead_attention(need_weights, with_mask) 
     if need_weights:
         assert expected_weights.shape == weights.shape
     # NumPy specification: the same
-    params = module.to_params()
+    params = convert.params_from_module(module)
     out_np, weights_np = multi_head_attention(
         x.numpy(), source.numpy(), source.numpy(), params, 2, None if mask is None else mask.numpy()
     )
@@ -303,7 +304,7 @@ def random_torch_mha(d_model: int, num_heads: int, bias: bool = True, **kwargs):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_from_torch_and_back(bias: bool, dtype) -> None:
     reference = random_torch_mha(12, 3, bias=bias).to(dtype)
-    ours = MultiHeadAttention.from_torch(reference)
+    ours = convert.module_from_torch(reference)
     assert ours.W_q.weight.dtype == dtype and ours.bias is bias and not ours.training
     query = torch.randn(2, 5, 12, dtype=dtype)
     key = torch.randn(2, 3, 12, dtype=dtype)
@@ -312,7 +313,7 @@ def test_from_torch_and_back(bias: bool, dtype) -> None:
         got, got_weights = ours.eval()(query, key, key)
     torch.testing.assert_close(got, expected, rtol=TOL[dtype], atol=TOL[dtype])
     torch.testing.assert_close(got_weights, expected_weights, rtol=TOL[dtype], atol=TOL[dtype])
-    back = ours.to_torch()
+    back = convert.module_to_torch(ours)
     assert back.batch_first and back.num_heads == 3
     for name, tensor in reference.state_dict().items():
         assert torch.equal(back.state_dict()[name], tensor), name
@@ -321,11 +322,11 @@ def test_from_torch_and_back(bias: bool, dtype) -> None:
 @pytest.mark.parametrize("bias", [True, False])
 def test_params_round_trip_transposes(bias: bool) -> None:
     params = random_params(8, seed=3, dtype=np.float64, bias=bias)
-    ours = MultiHeadAttention.from_params(params, num_heads=2)
+    ours = convert.params_to_module(params, num_heads=2)
     assert ours.W_q.weight.dtype == torch.float64 and ours.bias is bias
     # nn.Linear stores (out, in): the NumPy (in, out) matrix transposed.
     np.testing.assert_array_equal(ours.W_k.weight.detach().numpy(), params.W_k.T)
-    back = ours.to_params()
+    back = convert.params_from_module(ours)
     for name in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o"):
         if bias or name.startswith("W"):
             np.testing.assert_array_equal(getattr(back, name), getattr(params, name))
@@ -337,31 +338,31 @@ def test_params_round_trip_transposes(bias: bool) -> None:
 def test_numpy_to_torch_agrees_with_ours() -> None:
     """AttentionParams.to_torch and MultiHeadAttention.to_torch build the same module."""
     params = random_params(8, seed=5, dtype=np.float64)
-    theirs = params.to_torch(num_heads=4)
-    ours = MultiHeadAttention.from_params(params, num_heads=4).to_torch()
+    theirs = convert.params_to_torch(params, num_heads=4)
+    ours = convert.module_to_torch(convert.params_to_module(params, num_heads=4))
     for name, tensor in theirs.state_dict().items():
         assert torch.equal(ours.state_dict()[name], tensor), name
 
 
 def test_from_torch_rejects_unsupported_modules() -> None:
     with pytest.raises(TypeError, match="nn.MultiheadAttention"):
-        MultiHeadAttention.from_torch(nn.Linear(4, 4))
+        convert.module_from_torch(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="add_bias_kv"):
-        MultiHeadAttention.from_torch(nn.MultiheadAttention(4, 2, add_bias_kv=True))
-    with pytest.raises(ValueError, match="kdim"):
-        MultiHeadAttention.from_torch(nn.MultiheadAttention(4, 2, kdim=3, vdim=3))
+        convert.module_from_torch(nn.MultiheadAttention(4, 2, add_bias_kv=True))
+    with pytest.raises(ValueError, match=r"params.W_k must have shape \(4, 4\)"):
+        convert.module_from_torch(nn.MultiheadAttention(4, 2, kdim=3, vdim=3))
 
 
 def test_from_params_rejects_non_square_key_projection() -> None:
-    with pytest.raises(ValueError, match="params must be an AttentionParams, got dict"):
-        MultiHeadAttention.from_params({"W_q": np.eye(4)}, num_heads=2)
+    with pytest.raises(TypeError, match="params must be an AttentionParams, got dict"):
+        convert.params_to_module({"W_q": np.eye(4)}, num_heads=2)
     rng = np.random.default_rng(0)
     params = AttentionParams(
         W_q=rng.normal(size=(4, 4)), b_q=None, W_k=rng.normal(size=(3, 4)), b_k=None,
         W_v=rng.normal(size=(3, 4)), b_v=None, W_o=rng.normal(size=(4, 4)), b_o=None,
     )  # fmt: skip
-    with pytest.raises(ValueError, match=r"params.W_k must have shape \(4, 4\), got \(3, 4\)"):
-        MultiHeadAttention.from_params(params, num_heads=2)
+    with pytest.raises(ValueError, match=r"params.W_k must have shape \(4, 4\).*got \(3, 4\)"):
+        convert.params_to_module(params, num_heads=2)
 
 
 # ---------------------------------------------------------------------- properties

@@ -320,13 +320,13 @@ def test_regenerate_merges_prints_into_one_output(tmp_path):
 # line, so that none slips in unnoticed.
 VOLATILE_CELLS = {
     "07_tiny_translator": [
-        "result = mha.train.train(config, corpus=corpus)",
-        "scores = mha.train.evaluate(result.translator, corpus)",
+        "result = mha.translator.train(config, corpus=corpus)",
+        "scores = mha.translator.evaluate(result.translator, corpus)",
         "step_numbers = np.arange(1, len(losses) + 1)",
         "trap_config = dataclasses.replace(config, embedding_std=1.0)",
         "unseen = corpus.compositional",
         "kinds = {",
-        "no_decay = mha.train.train(",
+        "no_decay = mha.translator.train(",
     ],
 }
 NBVAL_TAGS = ("nbval-ignore-output", "nbval-skip", "nbval-raises-exception", "nbval-check-output")

@@ -15,6 +15,7 @@ from mha import (
     AttentionParams,
     causal_mask,
     combine_masks,
+    convert,
     from_additive_mask,
     from_torch_attn_mask,
     from_torch_key_padding_mask,
@@ -175,7 +176,7 @@ def test_parameter_count_does_not_depend_on_num_heads(d_model) -> None:
     params = AttentionParams.init(d_model)
     assert params.num_parameters == 4 * d_model * d_model + 4 * d_model
     for num_heads in (h for h in range(1, d_model + 1) if d_model % h == 0):
-        module = params.to_torch(num_heads)
+        module = convert.params_to_torch(params, num_heads)
         assert sum(p.numel() for p in module.parameters()) == params.num_parameters
 
 
@@ -232,7 +233,7 @@ def test_key_padding_mask_agrees_with_nn_multihead_attention(layer) -> None:
     source = rng.normal(size=(batch, S, d_model))
     mask = padding_mask(random_lengths(rng, batch, S), max_len=S)
     output, weights = multi_head_attention(query, source, source, params, num_heads, mask)
-    module = params.to_torch(num_heads).eval()
+    module = convert.params_to_torch(params, num_heads).eval()
     with torch.no_grad():
         expected, expected_weights = module(
             torch.from_numpy(query),

@@ -9,16 +9,15 @@ import pytest
 import torch
 from torch import nn
 
+from mha import convert
 from mha.masks import causal_mask, combine_masks, padding_mask
-from mha.modules import (
+from mha.positional import sinusoidal_positional_encoding
+from mha.transformer import (
     AttentionMaps,
-    DecoderLayer,
-    EncoderLayer,
     Transformer,
     source_mask,
     target_mask,
 )
-from mha.positional import sinusoidal_positional_encoding
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -174,8 +173,8 @@ def test_wiring_matches_a_stack_of_torch_layers(norm_first: bool) -> None:
     enc = [layer.double().eval() for layer in enc]
     dec = [layer.double().eval() for layer in dec]
     for i in range(2):
-        model.encoder_layers[i] = EncoderLayer.from_torch(enc[i])
-        model.decoder_layers[i] = DecoderLayer.from_torch(dec[i])
+        model.encoder_layers[i] = convert.encoder_layer_from_torch(enc[i])
+        model.decoder_layers[i] = convert.decoder_layer_from_torch(dec[i])
     src, tgt_in = batch()
     final = model.encoder_norm if norm_first else nn.Identity()
     final_dec = model.decoder_norm if norm_first else nn.Identity()
@@ -243,9 +242,9 @@ def test_matches_torch_nn_transformer_with_copied_weights(norm_first: bool) -> N
     reference = randomise(reference, seed=3).eval()
     with torch.no_grad():
         for ours, theirs in zip(model.encoder_layers, encoder.layers, strict=True):
-            ours.load_state_dict(EncoderLayer.from_torch(theirs).state_dict())
+            ours.load_state_dict(convert.encoder_layer_from_torch(theirs).state_dict())
         for ours, theirs in zip(model.decoder_layers, decoder.layers, strict=True):
-            ours.load_state_dict(DecoderLayer.from_torch(theirs).state_dict())
+            ours.load_state_dict(convert.decoder_layer_from_torch(theirs).state_dict())
         if norm_first:
             model.encoder_norm.load_state_dict(encoder.norm.state_dict())
             model.decoder_norm.load_state_dict(decoder.norm.state_dict())

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from mha.attention import merge_heads, split_heads
 from mha.draw.layout import Caption, Grid, Item, compose
 from mha.draw.style import (
     cell_texts,
@@ -26,7 +27,6 @@ from mha.draw.style import (
     set_alt_text,
     to_numpy,
 )
-from mha.functional import merge_heads, split_heads
 
 _MAX_PANELS = 16
 _AUTO_VALUES = 96  # show cell values by default up to this many cells

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mha.corpus import (
+from mha.translator.corpus import (
     ADJECTIVES,
     NOUNS,
     VERBS,
@@ -14,7 +14,7 @@ from mha.corpus import (
     make_example,
     tokenize,
 )
-from mha.corpus import NounPhrase as NP
+from mha.translator.corpus import NounPhrase as NP
 
 GENDER = {n.en: n.gender for n in NOUNS} | {n.en_plural: n.gender for n in NOUNS}
 PLURAL_EN = {n.en_plural for n in NOUNS}

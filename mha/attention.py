@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +21,6 @@ from mha._checks import (
     check_ndim,
     check_positive_int,
 )
-
-if TYPE_CHECKING:  # torch is optional for the NumPy core: imported lazily where used
-    from torch import nn
 
 __all__ = [
     "AttentionParams",
@@ -233,7 +230,7 @@ class AttentionParams:
 
     Convention: a weight has shape ``(D_in, D_out)`` and a layer computes
     ``y = x @ W + b`` (PyTorch stores ``(out, in)`` and computes ``x @ W.T``;
-    :meth:`from_torch` / :meth:`to_torch` transpose). Head ``h`` owns columns
+    :mod:`mha.convert` transposes). Head ``h`` owns columns
     ``h*Dh:(h+1)*Dh`` of ``W_q``, ``W_k``, ``W_v`` and rows ``h*Dh:(h+1)*Dh`` of
     ``W_o``: the heads share these four matrices, they do not add parameters.
 
@@ -338,99 +335,6 @@ class AttentionParams:
         w_q, w_k, w_v, w_o = weights
         b_q, b_k, b_v, b_o = biases
         return cls(W_q=w_q, b_q=b_q, W_k=w_k, b_k=b_k, W_v=w_v, b_v=b_v, W_o=w_o, b_o=b_o)
-
-    @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention) -> AttentionParams:
-        """Copy the weights of an ``nn.MultiheadAttention`` (any ``batch_first``).
-
-        PyTorch packs ``W_q, W_k, W_v`` as the rows of ``in_proj_weight`` ``(3D, D)``
-        (or keeps them separate when ``kdim``/``vdim`` differ from ``D``) in its
-        ``(out, in)`` layout; they are transposed into ours. Dropout is ignored (it
-        is a training-time operation, not a weight).
-
-        Raises
-        ------
-        TypeError
-            If ``module`` is not an ``nn.MultiheadAttention``.
-        ValueError
-            If it uses ``add_bias_kv`` or ``add_zero_attn``, which change the
-            attention itself and have no counterpart here.
-        """
-        from torch import nn
-
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError(
-                "module uses add_bias_kv or add_zero_attn, which mha does not implement"
-            )
-
-        def to_numpy(t: Any) -> np.ndarray | None:
-            return None if t is None else t.detach().cpu().numpy().copy()
-
-        d_model = module.embed_dim
-        if module.in_proj_weight is not None:
-            w_in = to_numpy(module.in_proj_weight)  # (3D, D), rows = outputs
-            w_q, w_k, w_v = (w_in[i * d_model : (i + 1) * d_model].T for i in range(3))
-        else:
-            w_q = to_numpy(module.q_proj_weight).T
-            w_k = to_numpy(module.k_proj_weight).T
-            w_v = to_numpy(module.v_proj_weight).T
-        b_in = to_numpy(module.in_proj_bias)
-        if b_in is None:
-            b_q = b_k = b_v = None
-        else:
-            b_q, b_k, b_v = (b_in[i * d_model : (i + 1) * d_model] for i in range(3))
-        return cls(
-            W_q=np.ascontiguousarray(w_q),
-            b_q=b_q,
-            W_k=np.ascontiguousarray(w_k),
-            b_k=b_k,
-            W_v=np.ascontiguousarray(w_v),
-            b_v=b_v,
-            W_o=np.ascontiguousarray(to_numpy(module.out_proj.weight).T),
-            b_o=to_numpy(module.out_proj.bias),
-        )
-
-    def to_torch(self, num_heads: int) -> nn.MultiheadAttention:
-        """A new ``nn.MultiheadAttention(batch_first=True)`` holding copies of these weights.
-
-        Its dtype matches ``W_q``'s; dropout is 0. Call it with
-        ``average_attn_weights=False`` to get per-head weights ``(B, H, T, S)``.
-        """
-        import torch
-        from torch import nn
-
-        check_divisible(self.d_model, num_heads)
-        d_model = self.d_model
-        module = nn.MultiheadAttention(
-            d_model,
-            num_heads,
-            bias=self.bias,
-            batch_first=True,
-            kdim=self.W_k.shape[0],
-            vdim=self.W_v.shape[0],
-            dtype=torch.from_numpy(np.zeros(0, dtype=self.W_q.dtype)).dtype,
-        )
-
-        def tensor(a: np.ndarray) -> torch.Tensor:
-            # a fresh, writable, contiguous copy: from_numpy warns on read-only arrays
-            return torch.from_numpy(np.array(a, order="C"))
-
-        with torch.no_grad():
-            if module.in_proj_weight is not None:
-                # (D, D) x 3 -> (3D, D), PyTorch's (out, in) layout
-                packed = np.concatenate([self.W_q.T, self.W_k.T, self.W_v.T], axis=0)
-                module.in_proj_weight.copy_(tensor(packed))
-            else:
-                module.q_proj_weight.copy_(tensor(self.W_q.T))
-                module.k_proj_weight.copy_(tensor(self.W_k.T))
-                module.v_proj_weight.copy_(tensor(self.W_v.T))
-            module.out_proj.weight.copy_(tensor(self.W_o.T))
-            if self.bias:
-                module.in_proj_bias.copy_(tensor(np.concatenate([self.b_q, self.b_k, self.b_v])))
-                module.out_proj.bias.copy_(tensor(self.b_o))
-        return module
 
 
 @dataclass(frozen=True, eq=False)

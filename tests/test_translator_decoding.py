@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from mha.corpus import FIXED_PHRASES, Vocab, generate_corpus
-from mha.modules import DecoderLayer, EncoderLayer, Transformer
-from mha.translate import (
+from mha.transformer import DecoderLayer, EncoderLayer, Transformer
+from mha.translator import (
     CHECKPOINT,
     Translator,
+    Vocab,
     exact_match,
+    generate_corpus,
     greedy_decode,
     load_checkpoint,
     load_pretrained,
@@ -23,6 +24,7 @@ from mha.translate import (
     read_metadata,
     save_checkpoint,
 )
+from mha.translator.corpus import FIXED_PHRASES
 
 BOS, EOS = Vocab.bos_id, Vocab.eos_id
 
@@ -198,9 +200,8 @@ def test_shipped_checkpoint_stores_the_full_config():
     assert model_config(load_pretrained().model) == meta["model"]
 
 
-def test_checkpoint_without_layer_norm_eps_still_loads(tmp_path, translator):
-    """Checkpoints written before the full config was stored lack layer_norm_eps:
-    they were all built with the default."""
+def test_checkpoint_with_an_incomplete_or_foreign_config_is_refused(tmp_path, translator):
+    """Nothing is filled in with a default: a config must name every argument."""
     path = tmp_path / "old.npz"
     save_checkpoint(path, translator)
     with np.load(path, allow_pickle=False) as data:
@@ -209,12 +210,13 @@ def test_checkpoint_without_layer_norm_eps_still_loads(tmp_path, translator):
     del meta["model"]["layer_norm_eps"]
     arrays["__meta__"] = np.array(json.dumps(meta))
     np.savez_compressed(path, **arrays)
-    loaded = load_checkpoint(path)
-    assert loaded.model.config["layer_norm_eps"] == 1e-5
+    with pytest.raises(ValueError, match=r"missing \['layer_norm_eps'\]"):
+        load_checkpoint(path)
+    meta["model"]["layer_norm_eps"] = 1e-5
     meta["model"]["colour"] = "blue"
     arrays["__meta__"] = np.array(json.dumps(meta))
     np.savez_compressed(path, **arrays)
-    with pytest.raises(ValueError, match=r"unknown Transformer argument\(s\) \['colour'\]"):
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['colour'\]"):
         load_checkpoint(path)
 
 

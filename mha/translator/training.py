@@ -1,9 +1,5 @@
 """Train the tiny English -> Spanish translator from scratch, in seconds on a CPU.
 
-``python -m mha.train`` trains with the defaults (``--seed``, ``--steps``, ``--save PATH``
-and ``--progress`` change them), prints the exact match on the fixed phrases and on the
-compositional split and, as its last line, ``held-out exact match: <fraction>``.
-
 Recipe: teacher forcing (the decoder reads the reference shifted right by ``<s>``),
 label-smoothed cross-entropy that ignores padding, Adam with the paper's warm-up
 schedule ``lr = scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)``
@@ -21,26 +17,24 @@ changes.)
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha.corpus import Corpus, Example, Vocab, generate_corpus
-from mha.modules import Transformer
-from mha.translate import Translator, exact_match, num_threads, save_checkpoint
+from mha.threads import num_threads
+from mha.transformer import Transformer
+from mha.translator.corpus import Corpus, Example, Vocab, generate_corpus
+from mha.translator.decoding import Translator
 
 __all__ = [
     "TrainConfig",
     "TrainResult",
     "build_model",
     "encode_examples",
-    "evaluate",
-    "main",
     "noam_lr",
     "sequence_loss",
     "train",
@@ -56,7 +50,7 @@ class TrainConfig:
     """
 
     seed: int = 0
-    # corpus (see mha.corpus.generate_corpus)
+    # corpus (see mha.translator.corpus.generate_corpus)
     num_train: int = 10000
     num_heldout: int = 1000
     num_compositional: int = 1000
@@ -285,42 +279,3 @@ def train(
     return TrainResult(
         Translator(model, corpus.src_vocab, corpus.tgt_vocab), corpus, config, losses, lrs, seconds
     )
-
-
-def evaluate(translator: Translator, corpus: Corpus) -> dict[str, float]:
-    """Exact match on the random held-out split, the compositional split and the
-    fixed phrases (which are training sentences: a memorisation check)."""
-    phrases = list(dict.fromkeys(e for e in corpus.train if e.kind == "phrase"))
-    return {
-        "heldout": exact_match(translator, corpus.heldout),
-        "compositional": exact_match(translator, corpus.compositional),
-        "phrases": exact_match(translator, phrases),
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: train, optionally save, print the scores (held-out last)."""
-    parser = argparse.ArgumentParser(prog="python -m mha.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--seed", type=int, default=TrainConfig.seed, help="seed (default 0)")
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimizer steps")
-    parser.add_argument(
-        "--save", metavar="PATH", help="write the trained model to this .npz checkpoint"
-    )
-    parser.add_argument("--progress", action="store_true", help="progress display on stderr")
-    args = parser.parse_args(argv)
-    config = TrainConfig(seed=args.seed, steps=args.steps)
-    result = train(config, progress=args.progress)
-    scores = evaluate(result.translator, result.corpus)
-    print(f"trained {config.steps} steps in {result.seconds:.1f} s, seed {config.seed}")
-    if args.save:
-        extra = {"train_config": asdict(config), "scores": scores}
-        save_checkpoint(args.save, result.translator, extra=extra)
-        print(f"saved {args.save}")
-    print(f"fixed phrases exact match: {scores['phrases']:.4f}")
-    print(f"compositional exact match: {scores['compositional']:.4f}")
-    print(f"held-out exact match: {scores['heldout']:.4f}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,65 +1,18 @@
-"""Greedy decoding, evaluation and pickle-free checkpoints for the tiny translator.
-
-A checkpoint is one ``.npz`` file (NumPy's zip of arrays): every tensor of the
-model's ``state_dict`` as a float32 array, plus one string array ``__meta__`` holding
-JSON — the model's constructor arguments (its ``config``, all of them) and both
-vocabularies. It is read with ``np.load(..., allow_pickle=False)``, so loading a
-checkpoint can never run code.
-"""
+"""Greedy decoding and the :class:`Translator`: a trained model with its vocabularies."""
 
 from __future__ import annotations
 
-import contextlib
-import inspect
-import json
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from mha.corpus import FIXED_PHRASES, Example, Vocab, tokenize
-from mha.modules import AttentionMaps, Transformer
+from mha.threads import num_threads
+from mha.transformer import AttentionMaps, Transformer
+from mha.translator.corpus import FIXED_PHRASES, Vocab, tokenize
 
-__all__ = [
-    "CHECKPOINT",
-    "Translator",
-    "exact_match",
-    "greedy_decode",
-    "load_checkpoint",
-    "load_pretrained",
-    "model_config",
-    "num_threads",
-    "read_metadata",
-    "save_checkpoint",
-]
-
-#: The checkpoint shipped with the package (trained by ``python -m mha.train --save``).
-CHECKPOINT = Path(__file__).with_name("checkpoints") / "translator.npz"
-
-_META_KEY = "__meta__"
-# Checkpoints written before the model recorded its own configuration lack these
-# arguments; every one of those models was built with the default.
-_ADDED_ARGS = {"layer_norm_eps": 1e-5}
-
-
-@contextlib.contextmanager
-def num_threads(n: int) -> Iterator[None]:
-    """Run the block with ``torch.set_num_threads(n)``, then restore the previous count.
-
-    The translator's matrices are tiny: a second thread only adds synchronisation (on
-    a 2-core machine with the other core busy, decoding with 2 threads measured over
-    ten times slower than with 1).
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+__all__ = ["Translator", "greedy_decode"]
 
 
 @torch.no_grad()
@@ -236,124 +189,3 @@ class Translator:
         with torch.no_grad():
             _, maps = self.model(src, tgt_in, need_weights=True)
         return tokenize(sentence), ["<s>", *tgt_words], maps
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write a pickle-free checkpoint (see :func:`save_checkpoint`)."""
-        save_checkpoint(path, self)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Translator:
-        """Read a checkpoint written by :meth:`save`."""
-        return load_checkpoint(path)
-
-
-def model_config(model: Transformer) -> dict[str, object]:
-    """The constructor arguments ``model`` was built with (a copy of ``model.config``).
-
-    ``Transformer(**model_config(model))`` rebuilds the same architecture. The dict is
-    the model's own record, not a reading of its submodules, so no argument (such as
-    ``layer_norm_eps``) can be forgotten.
-    """
-    return dict(model.config)
-
-
-def save_checkpoint(
-    path: str | os.PathLike[str], translator: Translator, extra: dict[str, object] | None = None
-) -> None:
-    """Save model weights, architecture and vocabularies to one ``.npz`` without pickle.
-
-    Parameters
-    ----------
-    path : path-like
-        Destination; ``.npz`` is appended by NumPy if missing.
-    translator : Translator
-    extra : dict, optional
-        JSON-serialisable notes stored with the metadata (e.g. training settings and
-        scores).
-    """
-    meta = {
-        "model": model_config(translator.model),
-        "src_vocab": translator.src_vocab.tokens,
-        "tgt_vocab": translator.tgt_vocab.tokens,
-        "extra": extra or {},
-    }
-    arrays = {
-        name: t.detach().to(torch.float32).cpu().numpy()
-        for name, t in translator.model.state_dict().items()
-    }
-    if _META_KEY in arrays:
-        raise ValueError(f"a state_dict entry is called {_META_KEY!r}")
-    arrays[_META_KEY] = np.array(json.dumps(meta, ensure_ascii=False))  # unicode, not object
-    np.savez_compressed(path, **arrays)
-
-
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
-    """The JSON metadata of a checkpoint (architecture, vocabularies, extra notes)."""
-    with np.load(path, allow_pickle=False) as data:
-        return json.loads(str(data[_META_KEY]))
-
-
-def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
-    """Rebuild a :class:`Translator` from a checkpoint, never unpickling anything.
-
-    The model is ``Transformer(**config)`` with the stored config; a checkpoint written
-    before ``layer_norm_eps`` was recorded gets its default, 1e-5.
-
-    Raises
-    ------
-    ValueError
-        If the file lacks the metadata, its config names an argument ``Transformer``
-        does not have, or its tensors do not match the architecture.
-    """
-    with np.load(path, allow_pickle=False) as data:
-        if _META_KEY not in data.files:
-            raise ValueError(f"{path} is not a translator checkpoint: no {_META_KEY!r} entry")
-        meta = json.loads(str(data[_META_KEY]))
-        state = {k: torch.from_numpy(data[k]) for k in data.files if k != _META_KEY}
-    config = _ADDED_ARGS | meta["model"]
-    unknown = sorted(set(config) - set(inspect.signature(Transformer).parameters))
-    if unknown:
-        raise ValueError(f"{path} has unknown Transformer argument(s) {unknown}: {config}")
-    model = Transformer(**config)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(
-            f"{path} does not match Transformer({config}): missing {missing}, "
-            f"unexpected {unexpected}"
-        )
-    model.eval()
-    src_vocab = Vocab.from_json(json.dumps(meta["src_vocab"]))
-    tgt_vocab = Vocab.from_json(json.dumps(meta["tgt_vocab"]))
-    return Translator(model, src_vocab, tgt_vocab)
-
-
-def load_pretrained() -> Translator:
-    """Load the checkpoint shipped in ``mha/checkpoints/`` (about a second)."""
-    return load_checkpoint(CHECKPOINT)
-
-
-def exact_match(
-    translator: Translator, examples: Sequence[Example], batch_size: int = 1000
-) -> float:
-    """Fraction of ``examples`` whose greedy translation equals the reference exactly.
-
-    Parameters
-    ----------
-    translator : Translator
-    examples : sequence of Example
-    batch_size : int
-        Sentences decoded at once.
-
-    Returns
-    -------
-    float
-        Whole-sentence accuracy in [0, 1].
-    """
-    if not examples:
-        raise ValueError("examples is empty")
-    hits = 0
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
-        out = translator.translate([list(e.source) for e in chunk])
-        hits += sum(o == e.spanish for o, e in zip(out, chunk, strict=True))
-    return hits / len(examples)

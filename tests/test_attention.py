@@ -1,4 +1,4 @@
-"""mha.functional against PyTorch's own implementations (the oracles).
+"""mha.attention against PyTorch's own implementations (the oracles).
 
 - ``scaled_dot_product_attention`` against ``torch.nn.functional.scaled_dot_product_attention``
   (its weights are read off by attending over the identity matrix as values);
@@ -22,6 +22,7 @@ from mha import (
     AttentionSteps,
     causal_mask,
     combine_masks,
+    convert,
     merge_heads,
     multi_head_attention,
     multi_head_attention_steps,
@@ -216,7 +217,7 @@ def test_fully_masked_row_gives_zeros_where_multihead_attention_gives_nan() -> N
     # zero context -> the output is just the output bias
     np.testing.assert_array_equal(output[1], np.broadcast_to(params.b_o, (length, d_model)))
 
-    module = params.to_torch(num_heads).eval()
+    module = convert.params_to_torch(params, num_heads).eval()
     with torch.no_grad():
         torch_out, torch_weights = module(
             t(x), t(x), t(x),
@@ -251,7 +252,7 @@ def test_nan_in_a_query_propagates_and_is_not_turned_into_zeros() -> None:
     mask[:, :, :, 2] = False  # a blocked key in every row
     mask[0, :, 2, :] = False  # and a row with nothing to attend to
 
-    module = params.to_torch(num_heads).eval()
+    module = convert.params_to_torch(params, num_heads).eval()
     for m in (None, mask):
         output, weights = multi_head_attention(query, source, source, params, num_heads, m)
         assert np.isnan(output[0, 1]).all() and np.isnan(weights[0, :, 1]).all()
@@ -312,7 +313,7 @@ def test_no_keys_gives_zero_weights_and_zero_context() -> None:
         np.testing.assert_array_equal(steps.output, output)
     # nn.MultiheadAttention agrees: its output is b_o as well
     with torch.no_grad():
-        expected, expected_weights = params.to_torch(num_heads)(
+        expected, expected_weights = convert.params_to_torch(params, num_heads)(
             t(query), t(source), t(source), average_attn_weights=False
         )
     assert expected_weights.shape == (batch, num_heads, T, 0)
@@ -392,14 +393,14 @@ def test_num_parameters_matches_torch() -> None:
     for d_model, num_heads in [(8, 2), (12, 3), (16, 16)]:
         module = nn.MultiheadAttention(d_model, num_heads)
         expected = sum(p.numel() for p in module.parameters())
-        assert AttentionParams.from_torch(module).num_parameters == expected
+        assert convert.params_from_torch(module).num_parameters == expected
         assert expected == 4 * d_model * d_model + 4 * d_model
 
 
 def test_from_torch_transposes_and_slices_in_proj_weight() -> None:
     d_model = 6
     module = random_module(d_model, 2, seed=0)
-    p = AttentionParams.from_torch(module)
+    p = convert.params_from_torch(module)
     w = module.in_proj_weight.detach().numpy()
     b = module.in_proj_bias.detach().numpy()
     np.testing.assert_array_equal(p.W_q, w[:d_model].T)
@@ -421,11 +422,11 @@ def test_to_torch_round_trip(dtype, bias) -> None:
     p = AttentionParams.init(8, seed=1, dtype=dtype, bias=bias)
     if bias:
         p.b_q, p.b_k, p.b_v, p.b_o = (rng.normal(size=8).astype(dtype) for _ in range(4))
-    module = p.to_torch(4)
+    module = convert.params_to_torch(p, 4)
     assert isinstance(module, nn.MultiheadAttention)
     assert module.batch_first and module.num_heads == 4
     assert module.in_proj_weight.dtype == torch.from_numpy(np.zeros(0, dtype)).dtype
-    back = AttentionParams.from_torch(module)
+    back = convert.params_from_torch(module)
     for field in dataclasses.fields(AttentionParams):
         original, copied = getattr(p, field.name), getattr(back, field.name)
         if original is None:
@@ -436,11 +437,11 @@ def test_to_torch_round_trip(dtype, bias) -> None:
 
 def test_from_torch_rejects_features_mha_does_not_have() -> None:
     with pytest.raises(TypeError, match="nn.MultiheadAttention"):
-        AttentionParams.from_torch(nn.Linear(4, 4))
+        convert.params_from_torch(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="add_bias_kv"):
-        AttentionParams.from_torch(nn.MultiheadAttention(4, 2, add_bias_kv=True))
+        convert.params_from_torch(nn.MultiheadAttention(4, 2, add_bias_kv=True))
     with pytest.raises(ValueError, match="add_zero_attn"):
-        AttentionParams.from_torch(nn.MultiheadAttention(4, 2, add_zero_attn=True))
+        convert.params_from_torch(nn.MultiheadAttention(4, 2, add_zero_attn=True))
 
 
 # --------------------------------------------------- multi-head attention vs PyTorch
@@ -485,7 +486,7 @@ def test_multi_head_attention_matches_nn_multihead_attention(
 ) -> None:
     rng = np.random.default_rng(seed)
     module = random_module(d_model, num_heads, seed)
-    params = AttentionParams.from_torch(module)
+    params = convert.params_from_torch(module)
     query = rng.normal(size=(batch, T, d_model))
     # self-attention passes one array three times; cross-attention a different source
     key = query if S == T else rng.normal(size=(batch, S, d_model))
@@ -507,7 +508,7 @@ def test_multi_head_attention_matches_nn_multihead_attention(
 def test_multi_head_attention_float32_matches_torch() -> None:
     rng = np.random.default_rng(10)
     module = random_module(16, 4, seed=2, dtype=torch.float32)
-    params = AttentionParams.from_torch(module)
+    params = convert.params_from_torch(module)
     x = rng.normal(size=(2, 5, 16)).astype(np.float32)
     mask, kwargs = make_mask("both", np.array([5, 3]), 5, 5)
     output, weights = multi_head_attention(x, x, x, params, 4, mask)
@@ -523,7 +524,7 @@ def test_from_torch_ignores_batch_first() -> None:
     module = random_module(8, 2, seed=3)
     seq_first = nn.MultiheadAttention(8, 2, batch_first=False, dtype=torch.float64).eval()
     seq_first.load_state_dict(module.state_dict())
-    params = AttentionParams.from_torch(seq_first)
+    params = convert.params_from_torch(seq_first)
     x = rng.normal(size=(2, 4, 8))
     with torch.no_grad():
         # (B, T, D) -> (T, B, D) for the sequence-first module, and back
@@ -535,7 +536,7 @@ def test_from_torch_ignores_batch_first() -> None:
 def test_kdim_vdim_and_no_bias_match_torch() -> None:
     rng = np.random.default_rng(12)
     module = random_module(8, 2, seed=4, kdim=5, vdim=3, bias=False)
-    params = AttentionParams.from_torch(module)
+    params = convert.params_from_torch(module)
     assert params.W_k.shape == (5, 8) and params.W_v.shape == (3, 8) and params.b_q is None
     query = rng.normal(size=(2, 4, 8))
     key = rng.normal(size=(2, 6, 5))
@@ -548,7 +549,7 @@ def test_kdim_vdim_and_no_bias_match_torch() -> None:
     np.testing.assert_allclose(output, expected.numpy(), rtol=0, atol=ATOL64)
     np.testing.assert_allclose(weights, expected_weights.numpy(), rtol=0, atol=ATOL64)
     # and back: to_torch rebuilds the separate projections
-    again = params.to_torch(2).eval()
+    again = convert.params_to_torch(params, 2).eval()
     assert again.kdim == 5 and again.vdim == 3 and again.in_proj_weight is None
     with torch.no_grad():
         np.testing.assert_array_equal(again(t(query), t(key), t(value))[0], expected)
@@ -561,7 +562,7 @@ def test_to_torch_module_reproduces_numpy() -> None:
     x = rng.normal(size=(2, 4, 12))
     output, weights = multi_head_attention(x, x, x, params, 3)
     with torch.no_grad():
-        expected, expected_weights = params.to_torch(3)(
+        expected, expected_weights = convert.params_to_torch(params, 3)(
             t(x), t(x), t(x), average_attn_weights=False
         )
     np.testing.assert_allclose(output, expected.numpy(), rtol=0, atol=ATOL64)

@@ -1,0 +1,65 @@
+"""The package's layers hold: each imports only what sits below it.
+
+Each layer is imported in a fresh interpreter, and the test lists what that import
+loaded. The NumPy specification must not load torch or matplotlib; the torch modules
+must not load the specification (the tests compare the two, so neither may lean on the
+other); only the layer above both, :mod:`mha.convert`, knows both.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+SPECIFICATION = ("mha.attention", "mha.masks")
+TOP = ("mha.convert", "mha.draw", "mha.translator", "mha.bench", "mha.exercises")
+
+# statement to run -> modules it must not load
+RULES = {
+    "import mha": ("torch", "matplotlib", "mha.attention", "mha.masks", "mha.positional"),
+    "import mha; mha.multi_head_attention; mha.causal_mask; mha.sinusoidal_positional_encoding": (
+        "torch", "matplotlib", *TOP,
+    ),
+    "import mha.exercises": ("torch", "matplotlib"),
+    "import mha.modules": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                           "mha.transformer"),
+    # The Transformer reads the positional-encoding table: data, not the attention.
+    "import mha.transformer": ("matplotlib", *SPECIFICATION, *TOP),
+    "import mha.convert": ("matplotlib", "mha.draw", "mha.translator", "mha.bench"),
+    "import mha.translator": ("matplotlib", "mha.draw", "mha.bench", "mha.exercises",
+                              *SPECIFICATION),
+    "import mha.draw": ("torch", "mha.translator", "mha.bench"),
+}  # fmt: skip
+
+
+def loaded_by(statement: str) -> set[str]:
+    code = f"import sys; {statement}; import json; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    return set(json.loads(out))
+
+
+def forbidden(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in loaded for n in names if m == n or m.startswith(n + "."))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("statement", sorted(RULES))
+def test_layer_loads_nothing_above_it(statement):
+    loaded = loaded_by(statement)
+    assert statement.split(";")[0].split()[-1] in loaded
+    assert not forbidden(loaded, RULES[statement]), (
+        f"`{statement}` loaded {forbidden(loaded, RULES[statement])}"
+    )
+
+
+def test_the_check_sees_a_forbidden_import():
+    """The checker itself: a module that imports torch is reported."""
+    loaded = loaded_by("import mha.modules")
+    assert "torch" in loaded and forbidden(loaded, ("torch",)) == sorted(
+        m for m in loaded if m == "torch" or m.startswith("torch.")
+    )
