@@ -70,12 +70,14 @@ nbval: setup
 browser: setup
 	$(PY) -m pytest tests -m browser
 
+# The site build and the browser tests run beside the unit tests and nbval (they wait
+# on the browser more than they compute); the stage times are printed at the end.
 test: setup
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory nbval
-	$(MAKE) --no-print-directory site-build
-	$(MAKE) --no-print-directory browser
+	$(PY) tests/stages.py \
+		"lint=$(MAKE) --no-print-directory lint" \
+		"site+browser=$(MAKE) --no-print-directory site-build browser &" \
+		"unit=$(MAKE) --no-print-directory unit" \
+		"nbval=$(MAKE) --no-print-directory nbval"
 	@echo "make test: every check passed"
 
 # The stored outputs must not depend on the CPU: nbval again, as if on two other CPUs.
