@@ -18,13 +18,14 @@ NB ?=
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help setup book test portability lint unit notebooks check-notebooks nbval site-build browser bench lab clean
+.PHONY: help setup book test portability workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
 	@echo "make test        run every test: lint, unit, notebooks, nbval, strict build, browser"
 	@echo "make portability nbval over every notebook on simulated older CPUs (CI runs it too)"
 	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
+	@echo "make workbook    write the exercises without solutions to workbook/ (REFRESH=1 rewrites)"
 	@echo "make lab         open the book in JupyterLab"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -87,8 +88,13 @@ portability: setup
 notebooks: setup
 	$(PY) tests/nbtools.py regen $(NB)
 
+# One notebook per chapter, solutions removed, stubs checked by mha.exercises. A file
+# that exists is the learner's work and is kept unless REFRESH=1 (then backed up).
+workbook: setup
+	$(PY) tests/workbook.py $(if $(REFRESH),--refresh) $(NB)
+
 lab: setup
-	$(BIN)/jupyter lab book
+	$(BIN)/jupyter lab .
 
 bench: setup
 	$(PY) -m mha.bench

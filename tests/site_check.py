@@ -26,6 +26,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-quic",
 ]
+# mha.draw's smallest font (the numbers inside tensor cells), and the smallest text
+# size on screen that stays readable.
+SMALLEST_FIGURE_FONT_PT = 8.5
+MIN_TEXT_PX = 8.0
 INSTALL_HINT = "headless Chromium not found: install it with `apt-get install chromium`"
 
 
@@ -80,8 +84,13 @@ async () => {
 """
 
 
-def check_page(context, url: str, local_origin: str) -> list[str]:
-    """Every problem found on the page at ``url``, one readable line each."""
+def check_page(context, url: str, local_origin: str, desktop: bool = True) -> list[str]:
+    """Every problem found on the page at ``url``, one readable line each.
+
+    With ``desktop`` (a window of about 1280 px), also every code block or output that
+    scrolls sideways, and every figure scaled down so far that its smallest text falls
+    below ``MIN_TEXT_PX``: the figures draw text as paths, so the size is judged from
+    the smallest font ``mha.draw`` uses and the figure's display scale."""
     found: list[str] = []
     page = context.new_page()
 
@@ -104,11 +113,23 @@ def check_page(context, url: str, local_origin: str) -> list[str]:
     page.on("response", lambda resp: found.append(f"HTTP {resp.status}: {resp.url}")
             if resp.status >= 400 else None)
     try:
-        page.goto(url, wait_until="load", timeout=30_000)
-        page.wait_for_load_state("networkidle", timeout=30_000)
+        page.goto(url, wait_until="load", timeout=60_000)
+        page.wait_for_load_state("networkidle", timeout=60_000)
         report = page.evaluate(PAGE_REPORT_JS)
+        if desktop:
+            page.evaluate(OPEN_ALL_JS)
+            layout = page.evaluate(LAYOUT_JS)
     finally:
         page.close()
+    if desktop:
+        found += [f"code scrolls sideways: {c}" for c in layout["code"]]
+        found += [f"output scrolls sideways: {o}" for o in layout["outputs"]]
+        for fig in layout["figures"]:
+            text_px = SMALLEST_FIGURE_FONT_PT * 4 / 3 * fig["scale"]
+            if text_px < MIN_TEXT_PX:
+                found.append(
+                    f"figure text {text_px:.1f} px (scaled to {fig['scale']:.0%}): {fig['src']}"
+                )
     for image in report["images"]:
         if not image["loaded"]:
             found.append(f"image did not load: {image['src']}")
@@ -136,3 +157,61 @@ def site_pages(html_root: Path) -> list[Path]:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+# --- layout: what scrolls sideways, what is too small to read -----------------------
+
+# Opens every collapsed block first (hidden inputs, solutions): their code must fit too.
+OPEN_ALL_JS = """
+() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(el => el.classList.remove('toggle-hidden'));
+  document.querySelectorAll('.cell.tag_hide-input .cell_input, .cell.tag_hide-output .cell_output')
+    .forEach(el => { el.style.display = 'block'; });
+}
+"""
+
+LAYOUT_JS = """
+() => {
+  const label = el => {
+    const cell = el.closest('.cell');
+    const text = (el.textContent || '').trim().split('\\n')[0].slice(0, 60);
+    return (cell && cell.id ? cell.id + ': ' : '') + text;
+  };
+  const wide = el => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1;
+  const code = Array.from(document.querySelectorAll('.cell_input pre, div.highlight pre'))
+    .filter(el => !el.closest('.cell_output')).filter(wide).map(label);
+  const outputs = Array.from(document.querySelectorAll(
+      '.cell_output pre, .cell_output .output.text_html, .cell_output table'))
+    .filter(wide).map(label);
+  const equations = Array.from(document.querySelectorAll('mjx-container[display="true"]'))
+    .filter(el => {
+      const math = el.querySelector('mjx-math');
+      const column = el.closest('article') || document.body;
+      return math && math.getBoundingClientRect().width >
+        Math.min(el.getBoundingClientRect().width, column.clientWidth) + 1;
+    }).map(el => (el.getAttribute('aria-label') || el.textContent).slice(0, 60));
+  const figures = Array.from(document.querySelectorAll('.cell_output img')).map(img => ({
+    src: img.getAttribute('src'),
+    scale: img.naturalWidth ? img.clientWidth / img.naturalWidth : 1,
+    zoom: !!(img.closest('a') && img.closest('a').getAttribute('href') === img.getAttribute('src')),
+  }));
+  return {code, outputs, equations, figures};
+}
+"""
+
+
+def layout_report(context, url: str) -> dict:
+    """What does not fit on the page at ``url`` at the context's width (all blocks open)."""
+    page = context.new_page()
+    try:
+        # Layout needs the page and its typeset math, not an idle network.
+        page.goto(url, wait_until="load", timeout=60_000)
+        page.evaluate(
+            "async () => { if (window.MathJax && MathJax.startup) "
+            "await MathJax.startup.promise; }"
+        )
+        page.evaluate(OPEN_ALL_JS)
+        return page.evaluate(LAYOUT_JS)
+    finally:
+        page.close()

@@ -207,6 +207,13 @@ def test_split_heads_figure_keeps_each_cell_colour_through_the_steps():
     for shape in ("(B, T, D) = (1, 3, 6)", "(B, T, H, Dh) = (1, 3, 2, 3)",
                   "(B, H, T, Dh) = (1, 2, 3, 3)"):
         assert shape in captions
+    assert captions.startswith("1. x:") and "split_heads(x, 2)" in captions
+
+
+def test_split_heads_figure_names_what_it_splits():
+    captions = " ".join(fig_texts(draw.split_heads_figure(x_known(), 2, name="Q")))
+    assert captions.startswith("1. Q: (B, T, D)") and "= split_heads(Q, 2)" in captions
+    assert "1. x" not in captions and "(x, 2)" not in captions
 
 
 def test_merge_heads_figure_ends_with_merge_heads_values():
@@ -262,14 +269,72 @@ def test_matmul_per_head_figure_shows_the_head_products():
     W = mha.AttentionParams.init(6, seed=0).W_q
     fig = draw.matmul_per_head_figure(x, W, 2, tokens=SRC, decimals=2)
     axes = {ax.get_title(): ax for ax in grid_axes(fig)}
-    assert {"Q", "W_q", "W_q[:, 0:3]", "W_q[:, 3:6]", "Q_0", "Q_1"} <= set(axes)
+    assert {"x @ W_q", "W_q", "W_q[:, 0:3]", "W_q[:, 3:6]", "x @ W_q[:, 0:3]",
+            "x @ W_q[:, 3:6]"} <= set(axes)
     q = x[0] @ W
-    assert texts(axes["Q"]) == fmt(q)
-    assert texts(axes["Q_1"]) == fmt(q[:, 3:])
-    assert np.allclose(faces(axes["Q_1"], (3, 3)), draw.head_fill(1))
-    assert ticks(axes["Q_1"].get_xticklabels()) == ["3", "4", "5"]
+    assert texts(axes["x @ W_q"]) == fmt(q)
+    assert texts(axes["x @ W_q[:, 3:6]"]) == fmt(q[:, 3:])
+    assert np.allclose(faces(axes["x @ W_q[:, 3:6]"], (3, 3)), draw.head_fill(1))
+    assert ticks(axes["x @ W_q[:, 3:6]"].get_xticklabels()) == ["3", "4", "5"]
+    # The products have no bias: no grid may be titled as if it were Q itself.
+    assert not {"Q", "Q_0", "Q_1"} & set(axes)
+    assert "Q before its bias is added" in " ".join(fig_texts(fig))
     with pytest.raises(ValueError, match="D_in differs"):
         draw.matmul_per_head_figure(x, W[:4], 2)
+
+
+# --- the whole layer ----------------------------------------------------------------------
+
+
+def test_multi_head_attention_figure_draws_every_step_at_its_shape():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 4, 6))
+    params = mha.AttentionParams.init(6, seed=3)
+    mask = mha.padding_mask(lengths=np.array([4, 3]), max_len=4)
+    tokens = ["nice", "to", "meet", "<pad>"]
+    fig = draw.multi_head_attention_figure(x, params, 2, mask=mask, batch=1, tokens=tokens)
+    steps = mha.multi_head_attention_steps(x, x, x, params, 2, mask=mask)
+    axes = {ax.get_title(): ax for ax in grid_axes(fig)}
+    shapes = {"x": (4, 6), "Q": (4, 6), "K": (4, 6), "V": (4, 6), "merged": (4, 6),
+              "W_o": (6, 6), "output": (4, 6)}
+    for h in range(2):
+        shapes |= {f"Q_{h}": (4, 3), f"K_{h}": (4, 3), f"V_{h}": (4, 3),
+                   f"weights_{h}": (4, 4), f"context_{h}": (4, 3)}
+    assert set(axes) == set(shapes)
+    for title, shape in shapes.items():
+        assert faces(axes[title], shape).shape == (*shape, 4), title
+    # Heads keep their colour from Q to the split, the merge and W_o's rows.
+    fq = faces(axes["Q"], (4, 6))
+    assert np.allclose(fq[:, :3], draw.head_fill(0)) and np.allclose(fq[:, 3:], draw.head_fill(1))
+    assert np.allclose(faces(axes["merged"], (4, 6)), fq)
+    fo = faces(axes["W_o"], (6, 6))
+    assert np.allclose(fo[:3], draw.head_fill(0)) and np.allclose(fo[3:], draw.head_fill(1))
+    assert np.allclose(faces(axes["K_1"], (4, 3)), draw.head_fill(1))
+    # The weights are sample 1's, shaded by value: the <pad> key column is white.
+    for h in range(2):
+        shade = draw.head_cmap(h)(steps.weights[1, h])
+        assert np.allclose(faces(axes[f"weights_{h}"], (4, 4)), shade)
+        assert np.allclose(faces(axes[f"weights_{h}"], (4, 4))[:, 3], to_rgba("white"))
+    assert ticks(axes["x"].get_yticklabels()) == tokens
+    captions = " ".join(fig_texts(fig))
+    for shape in ("(B, T, D) = (1, 4, 6)", "(B, H, T, Dh) = (1, 2, 4, 3)",
+                  "(B, H, T, S) = (1, 2, 4, 4)", "W_o + b_o"):
+        assert shape in captions
+    assert fig.get_size_inches()[0] <= MAX_WIDTH
+    assert "2 heads of 3" in draw.alt_text(fig)
+
+
+def test_multi_head_attention_figure_rejects_bad_input():
+    x = np.zeros((1, 3, 6))
+    params = mha.AttentionParams.init(6)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, D\)"):
+        draw.multi_head_attention_figure(x[0], params, 2)
+    with pytest.raises(ValueError, match="batch must be an int in"):
+        draw.multi_head_attention_figure(x, params, 2, batch=1)
+    with pytest.raises(ValueError, match="tokens has 2 labels"):
+        draw.multi_head_attention_figure(x, params, 2, tokens=["a", "b"])
+    with pytest.raises(ValueError, match="num_heads"):
+        draw.multi_head_attention_figure(x, params, 4)
 
 
 # --- one head's pipeline -----------------------------------------------------------------
@@ -412,6 +477,29 @@ def test_transformer_figure_highlights_the_three_attentions():
                  "K, V", "Q", "You are welcome", "<bos> De nada"):
         assert name in labels
     assert len([p for p in ax.patches if p.get_gid() == "layer"]) == 2
+
+
+def test_transformer_figure_draws_a_residual_round_every_sublayer():
+    fig = draw.transformer_figure()
+    (ax,) = fig.axes
+    arrows = [p for p in ax.patches if p.get_gid() == "residual"]
+    assert len(arrows) == 5  # encoder: attention, feed-forward; decoder: 2 attentions, ff
+    add_norm = [t for t in ax.texts if t.get_text() == "add & norm"]
+    assert len(add_norm) == 5
+    boxes = [p for p in ax.patches if p.get_gid() == "block"]
+    ends = set()
+    for arrow in arrows:
+        (x0, y0), (x1, y1) = arrow._posA_posB
+        assert x1 < x0 and y0 == y1  # drawn leftwards, into a box's right edge
+        (box,) = [b for b in boxes if abs(b.get_x() + b.get_width() - x1) < 1e-9
+                  and b.get_y() < y1 < b.get_y() + b.get_height()]
+        centre = (box.get_x() + box.get_width() / 2, box.get_y() + box.get_height() / 2)
+        (label,) = [t for t in ax.texts if np.allclose(t.get_position(), centre)]
+        assert label.get_text() == "add & norm" and np.isclose(y1, centre[1])
+        ends.add(centre)
+    assert len(ends) == 5  # a different add & norm for each
+    lines = [ln for ln in ax.get_lines() if ln.get_gid() == "residual"]
+    assert len(lines) == 10  # one path and one junction dot each
 
 
 def test_transformer_figure_predicts_the_target_shifted_left():
@@ -589,6 +677,9 @@ def _builders(t: int = 3, d: int = 6) -> dict[str, Callable[[], Figure]]:
         "matmul": lambda: draw.matmul_per_head_figure(x, params.W_q, 2, tokens=src),
         "pipeline": lambda: draw.attention_pipeline_figure(steps, 0, query_tokens=tgt,
                                                            key_tokens=tgt),
+        "module": lambda: draw.multi_head_attention_figure(x, params, 2,
+                                                           mask=mha.causal_mask(t),
+                                                           tokens=src),
         "mask": lambda: draw.mask_figure(pad, query_tokens=src, key_tokens=src, batch=1),
         "padding": lambda: draw.padding_mask_figure(pad, padded),
         "heatmaps": lambda: draw.attention_heatmaps(steps.weights, query_tokens=tgt,

@@ -354,3 +354,83 @@ def test_volatile_cells_assert_their_claim(name, first_line):
     )
     source = nbtools._source_text(cell)
     assert "\nassert " in source, f"{name}: '{first_line}' checks nothing with assert"
+
+
+# --- reading rules: teach first, exercises with hidden answers ------------------------
+
+MAX_VISIBLE_CODE_LINES = 200
+HIDDEN_INPUT_TAGS = {"hide-input", "remove-input", "remove-cell", "hide-cell"}
+EXERCISE_KINDS = ("*Predict the output.*", "*Implement.*", "*Explain why.*")
+CHAPTERS = [n for n in sorted(nbtools.sources()) if not n.startswith("90_")]  # not the gallery
+
+
+def cells_outside_solutions(cells):
+    """(cell, inside_a_solution) for every cell, following the gated solution markers."""
+    inside = False
+    for cell in cells:
+        source = nbtools._source_text(cell).lstrip()
+        if cell["cell_type"] == "markdown" and source.startswith("```{solution-start}"):
+            inside = True
+        yield cell, inside
+        if cell["cell_type"] == "markdown" and source.startswith("```{solution-end}"):
+            inside = False
+
+
+def visible_code_lines(path: Path) -> int:
+    """Non-blank code lines a reader sees without opening anything."""
+    count = 0
+    for cell, in_solution in cells_outside_solutions(nbtools.jupytext.read(path).cells):
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell["cell_type"] == "code" and not in_solution and not tags & HIDDEN_INPUT_TAGS:
+            count += sum(1 for line in nbtools._source_text(cell).splitlines() if line.strip())
+    return count
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_shows_at_most_200_lines_of_code(name):
+    lines = visible_code_lines(nbtools.CHAPTERS / f"{name}.md")
+    assert lines <= MAX_VISIBLE_CODE_LINES, (
+        f"{name} shows {lines} lines of code; move checks behind a toggle (hide-input) "
+        "or into mha, with a visible sentence saying what was checked"
+    )
+
+
+def exercises_of(path: Path) -> list[dict]:
+    """Each exercise of a chapter: its label, kind, and what its solution holds."""
+    cells = nbtools.jupytext.read(path).cells
+    found: dict[str, dict] = {}
+    current = None
+    for cell, in_solution in cells_outside_solutions(cells):
+        source = nbtools._source_text(cell)
+        if cell["cell_type"] == "markdown":
+            for block in source.split("```{exercise}")[1:]:
+                label = block.split(":label:")[1].split()[0]
+                kind = next((k for k in EXERCISE_KINDS if k in block), None)
+                found[label] = {"label": label, "kind": kind, "solution": False,
+                                "prose": False, "checked": False}
+            if source.lstrip().startswith("```{solution-start}"):
+                current = found.get(source.split("}", 1)[1].split()[0])
+                if current is not None:
+                    current["solution"] = True
+            elif in_solution and current is not None and source.strip() and "```{" not in source:
+                current["prose"] = True
+        elif in_solution and current is not None:
+            workbook = cell.get("metadata", {}).get("workbook")
+            if workbook and f'exercises.check("{workbook["check"]}"' in source:
+                current["checked"] = True
+    return list(found.values())
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_has_exercises_with_hidden_solutions(name):
+    exercises = exercises_of(nbtools.CHAPTERS / f"{name}.md")
+    assert len(exercises) >= 4, f"{name}: {len(exercises)} exercises, at least 4 expected"
+    for ex in exercises:
+        assert ex["kind"], f"{name} {ex['label']}: say which kind: {EXERCISE_KINDS}"
+        assert ex["solution"], f"{name} {ex['label']}: no gated solution"
+        if ex["kind"] == "*Explain why.*":
+            assert ex["prose"], f"{name} {ex['label']}: an explain-why needs a prose answer"
+    kinds = {ex["kind"] for ex in exercises}
+    assert len(kinds) == 3, f"{name}: exercises of kinds {kinds}, all three expected"
+    checked = sum(ex["checked"] for ex in exercises)
+    assert checked >= 2, f"{name}: {checked} exercises checked by mha.exercises, 2 expected"

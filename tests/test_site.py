@@ -12,6 +12,8 @@ HTML = ROOT / "_build" / "html"
 
 pytestmark = pytest.mark.browser
 
+DESKTOP, PHONE = 1280, 390  # window widths in CSS pixels
+
 
 def _missing(reason: str):
     if site_check.in_ci():
@@ -36,7 +38,7 @@ def browser_type_launch_args(browser_type_launch_args):
 
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args):
-    return {**browser_context_args, "viewport": {"width": 1200, "height": 900}}
+    return {**browser_context_args, "viewport": {"width": DESKTOP, "height": 900}}
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +56,51 @@ PAGES = [p.relative_to(HTML).as_posix() for p in site_check.site_pages(HTML)] or
 def test_page_is_clean(context, served_site, page):
     problems = site_check.check_page(context, f"{served_site}/{page}", served_site)
     assert not problems, f"{page}:\n  " + "\n  ".join(problems)
+
+
+@pytest.fixture(scope="session")
+def phone(browser):
+    ctx = browser.new_context(viewport={"width": PHONE, "height": 844})
+    yield ctx
+    ctx.close()
+
+
+CHAPTERS = [p for p in PAGES if p.startswith("book/notebooks/")] or ["index.html"]
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_equations_fit_a_phone_and_figures_open_full_size(phone, served_site, page):
+    layout = site_check.layout_report(phone, f"{served_site}/{page}")
+    assert not layout["equations"], f"{page}: equations wider than a {PHONE} px column:\n  " + (
+        "\n  ".join(layout["equations"])
+    )
+    shrunk = [f["src"] for f in layout["figures"] if f["scale"] < 0.999 and not f["zoom"]]
+    assert not shrunk, f"{page}: figures scaled down with no link to the full size: {shrunk}"
+
+
+def test_site_check_sees_layout_problems(context, phone, tmp_path):
+    """The layout checks fail on a page made to fail them."""
+    (tmp_path / "wide.svg").write_text(OK_SVG.replace('width="10"', 'width="3000"', 1))
+    (tmp_path / "bad.html").write_text(LAYOUT_PAGE)
+    with site_check.serve(tmp_path) as origin:
+        problems = site_check.check_page(context, f"{origin}/bad.html", origin)
+        layout = site_check.layout_report(phone, f"{origin}/bad.html")
+    joined = "\n".join(problems)
+    assert "code scrolls sideways: " in joined and "x" * 40 in joined
+    assert "output scrolls sideways" in joined
+    assert "figure text" in joined and "wide.svg" in joined
+    assert layout["figures"] and not layout["figures"][0]["zoom"]
+
+
+LAYOUT_PAGE = (
+    '<!doctype html><html><body><article style="width:600px">'
+    '<div class="cell"><div class="cell_input"><pre style="overflow:auto">'
+    + "x" * 400
+    + '</pre></div><div class="cell_output"><pre style="overflow:auto">'
+    + "y" * 400
+    + '</pre><img src="wide.svg" alt="wide" style="max-width:100%"></div></div>'
+    "</article></body></html>"
+)
 
 
 def test_every_chapter_page_was_built(served_site):

@@ -8,6 +8,7 @@ Import as ``from mha import draw``. Every function returns a
 - tensors: :func:`tensor_grid`, :func:`split_heads_figure`, :func:`merge_heads_figure`
 - weights: :func:`weight_matrix_figure`, :func:`matmul_per_head_figure`
 - one head step by step: :func:`attention_pipeline_figure`
+- the whole layer, end to end: :func:`multi_head_attention_figure`
 - masks: :func:`mask_figure`, :func:`masks_figure` (:class:`MaskPanel`),
   :func:`padding_mask_figure`
 - weights as heatmaps: :func:`attention_heatmaps`, :func:`attention_grid`
@@ -22,6 +23,7 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
+from mha.draw.module import multi_head_attention_figure
 from mha.draw.pipeline import attention_pipeline_figure
 from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
 from mha.draw.style import HEAD_COLORS, alt_text, head_cmap, head_color, head_fill
@@ -48,6 +50,7 @@ __all__ = [
     "masks_figure",
     "matmul_per_head_figure",
     "merge_heads_figure",
+    "multi_head_attention_figure",
     "padding_mask_figure",
     "split_heads_figure",
     "tensor_grid",

@@ -223,6 +223,7 @@ def split_heads_figure(
     batch: int = 0,
     show_values: bool = True,
     decimals: int = 2,
+    name: str = "x",
 ) -> Figure:
     """Draw ``split_heads`` step by step: (B, T, D) -> (B, T, H, Dh) -> (B, H, T, Dh).
 
@@ -240,6 +241,8 @@ def split_heads_figure(
         Which sample of the batch to draw.
     show_values, decimals
         Cell values and their rounding.
+    name : str
+        What ``x`` is, for the captions, e.g. "Q" when drawing the queries.
 
     Returns
     -------
@@ -263,18 +266,18 @@ def split_heads_figure(
         raise AssertionError("split_heads disagrees with reshape + transpose(1, 2)")
     kw = dict(num_heads=num_heads, tokens=tokens, show_values=show_values, decimals=decimals)
     sample = f" (sample b = {batch} of B = {full[0]})" if full[0] > 1 else ""
-    rows: list = [Caption(f"1. x: {shape_text('BTD', x.shape)}{sample}")]
+    rows: list = [Caption(f"1. {name}: {shape_text('BTD', x.shape)}{sample}")]
     rows += tensor_panels(x, ["B", "T", "D"], head_axis="D", **kw)
     rows.append(Caption(f"2. reshape: {shape_text(['B', 'T', 'H', 'Dh'], per_token.shape)}"
                         f", each token's row cut into H = {num_heads} pieces of Dh = {dh}"))
     rows += tensor_panels(per_token, ["B", "T", "H", "Dh"], head_axis="H", **kw)
     rows.append(Caption(f"3. transpose(1, 2): {shape_text(['B', 'H', 'T', 'Dh'], per_head.shape)}"
-                        f" = split_heads(x, {num_heads})"))
+                        f" = split_heads({name}, {num_heads})"))
     rows += tensor_panels(per_head, ["B", "H", "T", "Dh"], head_axis="H", **kw)
     fig, _ = compose(rows)
     return set_alt_text(
         fig,
-        f"The {t} by {d} tensor x, its columns tinted by head, reshaped to {t} panels of "
+        f"The {t} by {d} tensor {name}, its columns tinted by head, reshaped to {t} panels of "
         f"{num_heads} by {dh} and transposed to {num_heads} panels of {t} by {dh}, one per head.",
     )
 

@@ -6,6 +6,10 @@
 3. encoder-decoder cross-attention (Q from the decoder, K = V = the encoder's
    output "memory"; source padding mask).
 
+Every attention and feed-forward block has a residual connection: its input
+skips round it, on the right of the column, and is added to its output in the
+"add & norm" box above it.
+
 Coordinates are inches on a single axes, so boxes and text keep their size.
 """
 
@@ -27,8 +31,10 @@ ATTENTION_COLORS: dict[str, str] = {
 }
 
 _W, _H = 7.6, 7.45  # figure size in inches
-_ENC_X, _ENC_W = 1.75, 2.6  # centre and width of the encoder column
-_DEC_X, _DEC_W = 5.85, 2.9
+_ENC_X, _ENC_W = 1.85, 2.5  # centre and width of the encoder column
+_DEC_X, _DEC_W = 5.7, 2.6
+_PAD = 0.2  # between a column's boxes and the panel of its layer
+_SKIP = 0.11  # residual paths run this far right of the boxes, inside the panel
 _GAP = 0.26  # vertical room for an arrow between two boxes
 _FONT = 9.0
 
@@ -70,7 +76,7 @@ def _stack(ax: Axes, cx: float, w: float, y: float,
 def _frame(ax: Axes, cx: float, w: float, bottom: float, top: float, label: str,
            side: str) -> None:
     """The light panel around one layer, with "N x" written beside it."""
-    pad = 0.14
+    pad = _PAD
     frame = FancyBboxPatch((cx - w / 2 - pad, bottom - pad), w + 2 * pad, top - bottom + 2 * pad,
                            boxstyle="round,pad=0,rounding_size=0.12", facecolor="#F4F4F4",
                            edgecolor="#9A9A9A", linewidth=0.9, zorder=0)
@@ -81,6 +87,24 @@ def _frame(ax: Axes, cx: float, w: float, bottom: float, top: float, label: str,
     ax.text(x, (bottom + top) / 2, label, ha="center",
             va="bottom" if side == "left" else "top", fontsize=TICK_PT, rotation=90,
             rotation_mode="anchor")
+
+
+def _residual(ax: Axes, cx: float, w: float, sublayer: tuple[float, float],
+              add_norm: tuple[float, float]) -> None:
+    """The skip path round one sublayer: from its input arrow to the add & norm box."""
+    start = sublayer[0] - _GAP / 2  # halfway up the arrow into the sublayer
+    side = cx + w / 2 + _SKIP
+    mid = (add_norm[0] + add_norm[1]) / 2
+    line, = ax.plot([cx, side, side], [start, start, mid], color="#333333", linewidth=1.1,
+                    zorder=1, solid_joinstyle="miter")
+    line.set_gid("residual")
+    dot, = ax.plot([cx], [start], marker="o", markersize=3.5, color="#333333", zorder=1)
+    dot.set_gid("residual")
+    arrow = FancyArrowPatch((side, mid), (cx + w / 2, mid), arrowstyle="-|>",
+                            mutation_scale=9, linewidth=1.1, color="#333333", shrinkA=0,
+                            shrinkB=0, zorder=1)
+    arrow.set_gid("residual")
+    ax.add_patch(arrow)
 
 
 def transformer_figure(*, source: str = "You are welcome",
@@ -99,7 +123,10 @@ def transformer_figure(*, source: str = "You are welcome",
     -------
     matplotlib.figure.Figure
         The three attention blocks are patches with gid ``"attention"``, coloured
-        by ``ATTENTION_COLORS``; the other blocks have gid ``"block"``.
+        by ``ATTENTION_COLORS``; the other blocks have gid ``"block"``. Each of the
+        five residual connections (two in the encoder layer, three in the decoder
+        layer) is a line, a dot and an arrow with gid ``"residual"``, the arrow
+        ending on the right edge of its add & norm box.
     """
     if not isinstance(source, str) or not isinstance(target, str):
         raise ValueError("source and target must be strings")
@@ -136,6 +163,11 @@ def transformer_figure(*, source: str = "You are welcome",
         ("linear to the target vocabulary", 0.36, None, "block"),
         ("softmax", 0.32, None, "block"),
     ])
+    # Residual connections: each sublayer's input is added to its output.
+    for sub, add in ((1, 2), (3, 4)):
+        _residual(ax, _ENC_X, _ENC_W, e[sub], e[add])
+    for sub, add in ((1, 2), (3, 4), (5, 6)):
+        _residual(ax, _DEC_X, _DEC_W, d[sub], d[add])
     for cx, first in ((_ENC_X, e[0]), (_DEC_X, d[0])):
         _arrow(ax, (cx, 0.34), (cx, first[0]))
     _frame(ax, _ENC_X, _ENC_W, e[1][0], e[-1][1], "encoder layer × N", "left")
@@ -157,11 +189,14 @@ def transformer_figure(*, source: str = "You are welcome",
     ax.text(_ENC_X, enc_top + 0.5, "encoder output (memory)", ha="center", va="bottom",
             fontsize=_FONT)
     ax.text(turn_x + 0.12, cross_mid + 0.06, "K, V", ha="left", va="bottom", fontsize=_FONT)
-    ax.text(_DEC_X + 0.08, d[3][0] - _GAP / 2, "Q", ha="left", va="center", fontsize=_FONT)
+    # Left of the arrow: the residual path leaves it to the right.
+    ax.text(_DEC_X - 0.08, d[3][0] - _GAP / 2, "Q", ha="right", va="center", fontsize=_FONT)
     ax.text(_W / 2, _H - 0.2, "Where a Transformer uses attention", ha="center", va="center",
             fontsize=TITLE_PT)
     return set_alt_text(
         fig, "Block diagram of an encoder-decoder Transformer with its three attentions "
         "highlighted: encoder self-attention, decoder causal self-attention, and "
-        "cross-attention whose keys and values come from the encoder output."
+        "cross-attention whose keys and values come from the encoder output; a residual "
+        "path runs round every attention and feed-forward block into the add & norm "
+        "box above it."
     )

@@ -118,7 +118,8 @@ def matmul_per_head_figure(
 
     Each head's small product sits under the columns of the big one it
     reproduces; the figure checks (and raises if not) that the head results
-    put side by side equal the single product.
+    put side by side equal the single product. The products carry no bias, and
+    their titles say so: ``x @ W_q`` is ``Q`` before ``b_q`` is added.
 
     Parameters
     ----------
@@ -130,7 +131,8 @@ def matmul_per_head_figure(
     tokens : sequence of str, length T, optional
     batch : int
     name, out_name : str
-        Labels for W and the product, e.g. "W_q" and "Q".
+        Labels for W and for the layer's result, e.g. "W_q" and "Q"; the captions
+        say that the product drawn is ``out_name`` before its bias is added.
     show_values, decimals
         Cell values and their rounding.
 
@@ -163,8 +165,9 @@ def matmul_per_head_figure(
                     row_labels=rows_tok, col_labels=[str(i) for i in range(x.shape[1])],
                     row_name=f"T = {t}", col_name=f"D_in = {x.shape[1]}", title=title)
 
-    rows: list = [Caption(f"One product: x @ {name} = {out_name}, "
-                          f"({t}, {x.shape[1]}) @ {W.shape} -> {product.shape}")]
+    whole = f"x @ {name}"
+    rows: list = [Caption(f"One product: {whole}, ({t}, {x.shape[1]}) @ {W.shape} -> "
+                          f"{product.shape}, that is {out_name} before its bias is added")]
     rows.append([
         x_grid("x", show_values),
         Op("@"),
@@ -172,7 +175,7 @@ def matmul_per_head_figure(
              col_labels=[str(i) for i in range(d_out)], col_name=f"D_out = {d_out}",
              col_groups=_groups(num_heads, d_out)),
         Op("="),
-        Grid(face=y_faces, text=cell_texts(product, show_values, decimals), title=out_name,
+        Grid(face=y_faces, text=cell_texts(product, show_values, decimals), title=whole,
              col_labels=[str(i) for i in range(d_out)], col_name=f"D_out = {d_out}",
              col_groups=_groups(num_heads, d_out)),
     ])
@@ -183,8 +186,10 @@ def matmul_per_head_figure(
         y_h = x @ w_h  # (T, D_in) @ (D_in, Dh) -> (T, Dh)
         pieces.append(y_h)
         labels = [str(i) for i in range(h * dh, (h + 1) * dh)]
-        rows.append(Caption(f"Head {h}: x @ {name}[:, {h * dh}:{(h + 1) * dh}] "
-                            f"= {out_name}_{h}, ({t}, {x.shape[1]}) @ {w_h.shape} -> {y_h.shape}"))
+        part = f"x @ {name}[:, {h * dh}:{(h + 1) * dh}]"
+        rows.append(Caption(f"Head {h}: {part}, ({t}, {x.shape[1]}) @ {w_h.shape} -> "
+                            f"{y_h.shape}, the same numbers as columns {h * dh}-"
+                            f"{(h + 1) * dh - 1} of {whole}"))
         rows.append([
             x_grid("x (as above)", False),  # the same x: its values once are enough
             Op("@"),
@@ -194,7 +199,7 @@ def matmul_per_head_figure(
                  trail=d_out - (h + 1) * dh),
             Op("="),
             Grid(face=y_faces[:, cols], text=cell_texts(y_h, show_values, decimals),
-                 title=f"{out_name}_{h}", title_color=head_text_color(h), col_labels=labels,
+                 title=part, title_color=head_text_color(h), col_labels=labels,
                  col_name=f"Dh = {dh}", indent=h * dh),
         ])
     # The claim of the picture, checked on the numbers it shows.
@@ -204,5 +209,5 @@ def matmul_per_head_figure(
         fig,
         f"x times {name} drawn once as a ({t}, {x.shape[1]}) by {W.shape} product, then as "
         f"{num_heads} products with {dh} columns each, whose results sit under the matching "
-        f"coloured columns of {out_name}.",
+        f"coloured columns of the product ({out_name} before its bias).",
     )
