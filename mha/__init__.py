@@ -44,6 +44,7 @@ _SPECIFICATION = {
     "mha.attention": [
         "AttentionParams",
         "AttentionSteps",
+        "KVCache",
         "merge_heads",
         "multi_head_attention",
         "multi_head_attention_steps",

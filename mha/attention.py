@@ -25,6 +25,7 @@ from mha._checks import (
 __all__ = [
     "AttentionParams",
     "AttentionSteps",
+    "KVCache",
     "merge_heads",
     "multi_head_attention",
     "multi_head_attention_steps",
@@ -238,13 +239,18 @@ class AttentionParams:
     ----------
     W_q : np.ndarray, shape (D, D)
     b_q : np.ndarray, shape (D,), or None
-    W_k : np.ndarray, shape (Dk, D)   (``Dk = D`` unless keys have another width)
-    b_k : np.ndarray, shape (D,), or None
-    W_v : np.ndarray, shape (Dv, D)   (``Dv = D`` unless values have another width)
-    b_v : np.ndarray, shape (D,), or None
+    W_k : np.ndarray, shape (Dk, Dkv)   (``Dk = D`` unless keys have another width)
+    b_k : np.ndarray, shape (Dkv,), or None
+    W_v : np.ndarray, shape (Dv, Dkv)   (``Dv = D`` unless values have another width)
+    b_v : np.ndarray, shape (Dkv,), or None
     W_o : np.ndarray, shape (D, D)
     b_o : np.ndarray, shape (D,), or None
         The biases are either all present or all ``None`` (``bias=False``).
+
+    ``Dkv`` is ``D`` for multi-head attention. Grouped-query attention projects keys
+    and values to fewer heads: ``Dkv = num_kv_heads * head_dim``, and each group of
+    ``num_heads // num_kv_heads`` query heads shares one key/value head
+    (``num_kv_heads = 1`` is multi-query attention).
     """
 
     W_q: np.ndarray
@@ -261,11 +267,11 @@ class AttentionParams:
             w = as_float_array(getattr(self, name), name)
             check_ndim(w, 2, name, "(D_in, D_out)")
             setattr(self, name, w)
-        d_model = self.W_q.shape[1]
+        d_model, kv_dim = self.W_q.shape[1], self.W_k.shape[1]
         expected = {
             "W_q": (d_model, d_model),
-            "W_k": (self.W_k.shape[0], d_model),
-            "W_v": (self.W_v.shape[0], d_model),
+            "W_k": (self.W_k.shape[0], kv_dim),
+            "W_v": (self.W_v.shape[0], kv_dim),
             "W_o": (d_model, d_model),
         }
         for name, shape in expected.items():
@@ -282,9 +288,11 @@ class AttentionParams:
         if all(present):
             for name in _BIAS_NAMES:
                 b = as_float_array(getattr(self, name), name)
-                if b.shape != (d_model,):
+                width = kv_dim if name in ("b_k", "b_v") else d_model
+                if b.shape != (width,):
                     raise ValueError(
-                        f"{name} must have shape ({d_model},) for d_model={d_model}, got {b.shape}"
+                        f"{name} must have shape ({width},) for d_model={d_model} and "
+                        f"W_k {self.W_k.shape}, got {b.shape}"
                     )
                 setattr(self, name, b)
 
@@ -292,6 +300,11 @@ class AttentionParams:
     def d_model(self) -> int:
         """``D``, the model width."""
         return self.W_q.shape[1]
+
+    @property
+    def kv_dim(self) -> int:
+        """``Dkv``, the width of the projected keys and values (``D`` unless grouped)."""
+        return self.W_k.shape[1]
 
     @property
     def bias(self) -> bool:
@@ -306,7 +319,12 @@ class AttentionParams:
 
     @classmethod
     def init(
-        cls, d_model: int, seed: int = 0, dtype: Any = np.float64, bias: bool = True
+        cls,
+        d_model: int,
+        seed: int = 0,
+        dtype: Any = np.float64,
+        bias: bool = True,
+        kv_dim: int | None = None,
     ) -> AttentionParams:
         """Seeded Xavier-uniform initialisation (Glorot & Bengio, 2010).
 
@@ -324,14 +342,19 @@ class AttentionParams:
         dtype : NumPy floating dtype
         bias : bool
             If False, all biases are ``None``.
+        kv_dim : int, optional
+            ``Dkv``, the output width of ``W_k`` and ``W_v``: ``num_kv_heads * head_dim``
+            for grouped-query attention. Default ``d_model``.
         """
         d_model = check_positive_int(d_model, "d_model")
+        kv_dim = d_model if kv_dim is None else check_positive_int(kv_dim, "kv_dim")
         rng = np.random.default_rng(seed)
-        limit = math.sqrt(6.0 / (d_model + d_model))
-        weights = [
-            rng.uniform(-limit, limit, size=(d_model, d_model)).astype(dtype) for _ in _WEIGHT_NAMES
-        ]
-        biases = [np.zeros(d_model, dtype=dtype) if bias else None for _ in _BIAS_NAMES]
+        widths = (d_model, kv_dim, kv_dim, d_model)  # outputs of W_q, W_k, W_v, W_o
+        weights = []
+        for width in widths:
+            limit = math.sqrt(6.0 / (d_model + width))
+            weights.append(rng.uniform(-limit, limit, size=(d_model, width)).astype(dtype))
+        biases = [np.zeros(width, dtype=dtype) if bias else None for width in widths]
         w_q, w_k, w_v, w_o = weights
         b_q, b_k, b_v, b_o = biases
         return cls(W_q=w_q, b_q=b_q, W_k=w_k, b_k=b_k, W_v=w_v, b_v=b_v, W_o=w_o, b_o=b_o)
@@ -344,11 +367,12 @@ class AttentionSteps:
     Attributes
     ----------
     q : (B, T, D)         projected queries, ``query @ W_q + b_q``
-    k : (B, S, D)         projected keys
-    v : (B, S, D)         projected values
+    k : (B, S_new, Dkv)   projected keys of this call (``Dkv = D`` unless grouped)
+    v : (B, S_new, Dkv)   projected values of this call
     q_heads : (B, H, T, Dh)
-    k_heads : (B, H, S, Dh)
-    v_heads : (B, H, S, Dh)
+    k_heads : (B, Hkv, S, Dh)  every key head attended to: with a cache, the cached
+                               ones first (``Hkv = H`` unless grouped)
+    v_heads : (B, Hkv, S, Dh)
     scores : (B, H, T, S)   raw ``q_heads @ k_heads^T``
     scaled : (B, H, T, S)   ``scores / sqrt(Dh)``
     masked : (B, H, T, S)   ``scaled`` with ``-inf`` where the mask blocks (same as
@@ -374,6 +398,44 @@ class AttentionSteps:
     output: np.ndarray
 
 
+@dataclass(eq=False)
+class KVCache:
+    """The key and value heads one attention layer has computed so far.
+
+    Decoding one token at a time, the keys and values of the earlier positions do not
+    change: :func:`multi_head_attention_steps` with a cache projects only the new
+    positions, appends their heads here, and lets the new queries attend to all of
+    them. With grouped-query attention only the ``Hkv`` shared heads are stored.
+
+    Attributes
+    ----------
+    k_heads, v_heads : np.ndarray, shape (B, Hkv, S, Dh), or None while empty
+    """
+
+    k_heads: np.ndarray | None = None
+    v_heads: np.ndarray | None = None
+
+    @property
+    def length(self) -> int:
+        """``S``, the number of positions cached."""
+        return 0 if self.k_heads is None else self.k_heads.shape[2]
+
+    def append(self, k_heads: np.ndarray, v_heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Store the heads of new positions after the cached ones; return all of them."""
+        if self.k_heads is not None:
+            if k_heads.shape[:2] + k_heads.shape[3:] != self.k_heads.shape[:2] + (
+                self.k_heads.shape[3],
+            ):
+                raise ValueError(
+                    f"new key heads {k_heads.shape} do not fit the cached ones "
+                    f"{self.k_heads.shape}: (B, Hkv, S, Dh) must agree except S"
+                )
+            k_heads = np.concatenate([self.k_heads, k_heads], axis=2)  # along S
+            v_heads = np.concatenate([self.v_heads, v_heads], axis=2)
+        self.k_heads, self.v_heads = k_heads, v_heads
+        return k_heads, v_heads
+
+
 def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     y = x @ w  # (B, L, D_in) @ (D_in, D_out) -> (B, L, D_out)
     return y if b is None else y + b
@@ -386,6 +448,7 @@ def multi_head_attention_steps(
     params: AttentionParams,
     num_heads: int,
     mask: Any | None = None,
+    cache: KVCache | None = None,
 ) -> AttentionSteps:
     """Multi-head attention, returning every intermediate (see :class:`AttentionSteps`).
 
@@ -401,7 +464,15 @@ def multi_head_attention_steps(
         ``H``; must divide ``D``.
     mask : bool array_like, optional
         **True = may attend**, broadcastable to ``(B, H, T, S)`` as described in
-        :func:`scaled_dot_product_attention`.
+        :func:`scaled_dot_product_attention`; ``S`` counts the cached positions too
+        (``mha.causal_mask(T, num_keys=S)`` for the last ``T`` of ``S`` positions).
+    cache : KVCache, optional
+        The key and value heads of earlier positions. The heads of ``key`` and
+        ``value`` are appended to it, and the queries attend to all of them.
+
+    Grouped-query attention comes from ``params``: when ``W_k`` and ``W_v`` project to
+    ``Dkv = num_kv_heads * head_dim`` features, query head ``h`` uses key/value head
+    ``h // (num_heads // num_kv_heads)``.
 
     Returns
     -------
@@ -437,22 +508,32 @@ def multi_head_attention_steps(
                 f"{name} has {x.shape[-1]} features (shape {x.shape}) but params.{w} "
                 f"expects {w_shape[0]} (shape {w_shape})"
             )
-    check_divisible(params.d_model, num_heads)
-    batch, target_len, source_len = query.shape[0], query.shape[1], key.shape[1]
+    head_dim = check_divisible(params.d_model, num_heads)
+    num_kv_heads = _num_kv_heads(params, num_heads, head_dim)
+    if cache is not None and not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
+    batch, target_len = query.shape[0], query.shape[1]
+    source_len = key.shape[1] + (0 if cache is None else cache.length)
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, (batch, num_heads, target_len, source_len))
 
     # 1. One linear layer per role; all heads at once (the split is only logical).
     q = _linear(query, params.W_q, params.b_q)  # (B, T, D) @ (D, D) -> (B, T, D)
-    k = _linear(key, params.W_k, params.b_k)  # (B, S, Dk) @ (Dk, D) -> (B, S, D)
-    v = _linear(value, params.W_v, params.b_v)  # (B, S, Dv) @ (Dv, D) -> (B, S, D)
+    k = _linear(key, params.W_k, params.b_k)  # (B, S, Dk) @ (Dk, Dkv) -> (B, S, Dkv)
+    v = _linear(value, params.W_v, params.b_v)  # (B, S, Dv) @ (Dv, Dkv) -> (B, S, Dkv)
     # 2. Give each head its own Dh-wide slice of the features.
     q_heads = split_heads(q, num_heads)  # (B, T, D) -> (B, H, T, Dh)
-    k_heads = split_heads(k, num_heads)  # (B, S, D) -> (B, H, S, Dh)
-    v_heads = split_heads(v, num_heads)  # (B, S, D) -> (B, H, S, Dh)
-    # 3. Scaled dot-product attention in every head in parallel.
-    scores, scaled, masked, weights, context = _attention_core(q_heads, k_heads, v_heads, mask)
+    k_heads = split_heads(k, num_kv_heads)  # (B, S, Dkv) -> (B, Hkv, S, Dh)
+    v_heads = split_heads(v, num_kv_heads)  # (B, S, Dkv) -> (B, Hkv, S, Dh)
+    if cache is not None:  # the earlier positions' heads come first
+        k_heads, v_heads = cache.append(k_heads, v_heads)  # (B, Hkv, S_all, Dh)
+    # 3. Scaled dot-product attention in every head in parallel; a group of
+    #    H / Hkv query heads reads the same key/value head.
+    group = num_heads // num_kv_heads
+    k_shared = np.repeat(k_heads, group, axis=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+    v_shared = np.repeat(v_heads, group, axis=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+    scores, scaled, masked, weights, context = _attention_core(q_heads, k_shared, v_shared, mask)
     # 4. Concatenate the heads and mix them with the output projection.
     merged = merge_heads(context)  # (B, H, T, Dh) -> (B, T, D)
     output = _linear(merged, params.W_o, params.b_o)  # (B, T, D) @ (D, D) -> (B, T, D)
@@ -473,6 +554,18 @@ def multi_head_attention_steps(
     )
 
 
+def _num_kv_heads(params: AttentionParams, num_heads: int, head_dim: int) -> int:
+    """``Hkv`` from the width of ``W_k``; it must divide ``num_heads``."""
+    kv_dim = params.kv_dim
+    if kv_dim % head_dim != 0 or num_heads % (kv_dim // head_dim) != 0:
+        raise ValueError(
+            f"params.W_k {params.W_k.shape} projects to {kv_dim} features: with "
+            f"num_heads={num_heads} (head_dim={head_dim}) that must be num_kv_heads * "
+            f"{head_dim} with num_kv_heads dividing {num_heads}"
+        )
+    return kv_dim // head_dim
+
+
 def multi_head_attention(
     query: Any,
     key: Any,
@@ -480,6 +573,7 @@ def multi_head_attention(
     params: AttentionParams,
     num_heads: int,
     mask: Any | None = None,
+    cache: KVCache | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
 
@@ -493,5 +587,5 @@ def multi_head_attention(
     weights : np.ndarray, shape (B, H, T, S)
         Per-head attention weights (not averaged over heads).
     """
-    steps = multi_head_attention_steps(query, key, value, params, num_heads, mask)
+    steps = multi_head_attention_steps(query, key, value, params, num_heads, mask, cache)
     return steps.output, steps.weights

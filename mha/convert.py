@@ -117,6 +117,11 @@ def params_to_torch(
     """
     _check_params(params)
     check_divisible(params.d_model, num_heads)  # nn.MultiheadAttention would only assert
+    if params.kv_dim != params.d_model:
+        raise ValueError(
+            f"nn.MultiheadAttention has no grouped-query attention: params project keys "
+            f"and values to {params.kv_dim} features, not d_model={params.d_model}"
+        )
     module = nn.MultiheadAttention(
         params.d_model,
         num_heads,
@@ -176,7 +181,13 @@ def params_to_module(
     ``params`` with other key or value widths are refused.
     """
     _check_params(params)
-    ours = MultiHeadAttention(params.d_model, num_heads, dropout=dropout, bias=params.bias)
+    head_dim = check_divisible(params.d_model, num_heads)
+    num_kv_heads = max(params.kv_dim // head_dim, 1)  # a bad width fails the shape check
+    if num_heads % num_kv_heads != 0:
+        num_kv_heads = num_heads
+    ours = MultiHeadAttention(
+        params.d_model, num_heads, dropout=dropout, bias=params.bias, num_kv_heads=num_kv_heads
+    )
     ours.to(dtype=_torch_dtype(params.W_q))
     with torch.no_grad():
         for name in ("q", "k", "v", "o"):

@@ -41,21 +41,35 @@ __all__ = [
 ]
 
 
-def causal_mask(size: int) -> np.ndarray:
+def causal_mask(size: int, num_keys: int | None = None) -> np.ndarray:
     """Causal ("look-ahead") mask: position ``t`` may attend to positions ``<= t``.
 
     Parameters
     ----------
     size : int
-        ``T``, the sequence length.
+        ``T``, the number of queries.
+    num_keys : int, optional
+        ``S >= T``, the number of keys, when the queries are the *last* ``T`` of ``S``
+        positions (decoding with a cache of ``S - T`` earlier positions). Default
+        ``T``.
 
     Returns
     -------
-    np.ndarray of bool, shape (T, T)
-        True on and below the diagonal. Broadcasts against ``(B, H, T, T)``.
+    np.ndarray of bool, shape (T, S)
+        Query ``t`` sits at position ``S - T + t`` and may attend to the keys up to
+        it: the diagonal is aligned to the bottom right. (PyTorch's
+        ``scaled_dot_product_attention(..., is_causal=True)`` aligns it to the top
+        left, which is a different mask when ``T != S``.) Broadcasts against
+        ``(B, H, T, S)``.
     """
     size = check_positive_int(size, "size")
-    return np.tril(np.ones((size, size), dtype=bool))
+    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
+    if num_keys < size:
+        raise ValueError(
+            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
+            "last of the key positions"
+        )
+    return np.tril(np.ones((size, num_keys), dtype=bool), k=num_keys - size)
 
 
 def padding_mask(

@@ -33,7 +33,50 @@ from torch import Tensor, nn
 
 from mha._checks import check_positive_int
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["KVCache", "MultiHeadAttention"]
+
+
+class KVCache:
+    """The key and value heads one attention layer has computed so far.
+
+    Pass one to :meth:`MultiHeadAttention.forward` at every decoding step: the keys
+    and values of the new positions are projected, appended here, and the new queries
+    attend to everything cached. With grouped-query attention only the ``Hkv`` shared
+    heads are stored, which is the memory grouped-query attention saves.
+
+    Parameters
+    ----------
+    fixed : bool
+        For cross-attention: the first call stores the projected encoder memory, and
+        later calls reuse it without projecting ``key`` and ``value`` again.
+
+    Attributes
+    ----------
+    k, v : Tensor, shape (B, Hkv, S, Dh), or None while empty
+    """
+
+    def __init__(self, fixed: bool = False):
+        self.fixed = fixed
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """``S``, the number of positions cached."""
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store new key and value heads after the cached ones; return all of them."""
+        if self.k is not None:
+            if k.shape[:2] != self.k.shape[:2] or k.shape[3] != self.k.shape[3]:
+                raise ValueError(
+                    f"new key heads {tuple(k.shape)} do not fit the cached ones "
+                    f"{tuple(self.k.shape)}: (B, Hkv, S, Dh) must agree except S"
+                )
+            k = torch.cat([self.k, k], dim=2)  # (B, Hkv, S_old + S_new, Dh)
+            v = torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
 
 
 class MultiHeadAttention(nn.Module):
@@ -49,6 +92,11 @@ class MultiHeadAttention(nn.Module):
         Dropout on the attention weights (training mode only).
     bias : bool
         Whether the four projections have biases.
+    num_kv_heads : int, optional
+        Grouped-query attention: ``W_k`` and ``W_v`` project to ``num_kv_heads *
+        head_dim`` features, and each group of ``num_heads // num_kv_heads`` query heads
+        shares one key/value head (``1``: multi-query attention). Default
+        ``num_heads``: multi-head attention.
 
     Notes
     -----
@@ -61,7 +109,14 @@ class MultiHeadAttention(nn.Module):
     reshape of the same projections, not extra weights.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
         # As in the NumPy core: 2.0 or True heads are refused, not used as 2 or 1.
         d_model = check_positive_int(d_model, "d_model")
@@ -71,15 +126,25 @@ class MultiHeadAttention(nn.Module):
                 f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
                 f"num_heads={num_heads}"
             )
+        num_kv_heads = num_heads if num_kv_heads is None else check_positive_int(
+            num_kv_heads, "num_kv_heads"
+        )
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads must divide num_heads, got num_heads={num_heads}, "
+                f"num_kv_heads={num_kv_heads}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = d_model // num_heads
         self.dropout = dropout
+        kv_dim = num_kv_heads * self.head_dim
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, kv_dim, bias=bias)
+        self.W_v = nn.Linear(d_model, kv_dim, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
         self.reset_parameters()
 
@@ -104,11 +169,14 @@ class MultiHeadAttention(nn.Module):
         return self.W_q.bias is not None
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}"
+        kv = "" if self.num_kv_heads == self.num_heads else f", num_kv_heads={self.num_kv_heads}"
+        return f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, dropout={self.dropout}"
 
     # ---------------------------------------------------------------- validation
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
+    def _check_inputs(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, cached: int
+    ) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             if not isinstance(x, Tensor):
                 raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -134,7 +202,7 @@ class MultiHeadAttention(nn.Module):
                 f"mask must be a bool tensor (True = may attend), got {kind}; "
                 "convert additive float masks with mha.masks.from_additive_mask"
             )
-        B, T, S = query.shape[0], query.shape[1], key.shape[1]
+        B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
         target = (B, self.num_heads, T, S)
         # As in the NumPy core: at least (T, S) — a 1-D mask could mean queries or keys —
         # and every dim 1 or equal to the scores' dim (no silent enlarging).
@@ -159,6 +227,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = True,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -177,6 +246,12 @@ class MultiHeadAttention(nn.Module):
             ``(B, H, T, S)`` weights and returns None for them. Projected queries or
             keys holding NaN or inf take the explicit path, so that NaN propagates on
             both paths alike.
+        cache : KVCache, optional
+            Keys and values of earlier positions: those of ``key``/``value`` are appended
+            (or, for a ``fixed`` cache already filled, not projected at all) and the
+            queries attend to everything cached. ``S`` in the mask counts the cached
+            positions; ``mha.causal_mask(T, num_keys=S)`` is the causal mask of the last
+            ``T`` of ``S`` positions.
 
         Returns
         -------
@@ -186,11 +261,18 @@ class MultiHeadAttention(nn.Module):
             ``(B, H, T, S)`` attention weights (before dropout; rows sum to 1, or are all
             zero for a query row with nothing to attend to).
         """
-        self._check_inputs(query, key, value, mask)
-        # 1. Project, all heads at once (one (D, D) matmul each), 2. split the heads.
-        q = self._split_heads(self.W_q(query))  # (B, T, D) -> (B, H, T, Dh)
-        k = self._split_heads(self.W_k(key))  # (B, S, D) -> (B, H, S, Dh)
-        v = self._split_heads(self.W_v(value))  # (B, S, D) -> (B, H, S, Dh)
+        reuse = cache is not None and cache.fixed and cache.k is not None
+        cached = 0 if cache is None else cache.length - (key.shape[1] if reuse else 0)
+        self._check_inputs(query, key, value, mask, cached)
+        # 1. Project, all heads at once (one matmul each), 2. split the heads.
+        q = self._split_heads(self.W_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        if reuse:  # cross-attention: the encoder memory was projected at the first step
+            k, v = cache.k, cache.v  # (B, Hkv, S, Dh)
+        else:
+            k = self._split_heads(self.W_k(key), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
+            v = self._split_heads(self.W_v(value), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
+            if cache is not None:
+                k, v = cache.append(k, v)  # the earlier positions first: (B, Hkv, S_all, Dh)
 
         # A query that may attend to nothing gets zero weights and a zero context (the
         # softmax of an all -inf row is 0/0 = NaN): these rows, whichever path runs.
@@ -207,10 +289,10 @@ class MultiHeadAttention(nn.Module):
         output = self.W_o(self._merge_heads(context))  # (B, H, T, Dh) -> (B, T, D)
         return output, weights
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, num_heads: int) -> Tensor:
         """Head h gets features h*Dh:(h+1)*Dh of every position (a view, no copy)."""
         B, L, _ = x.shape
-        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # -> (B, H, L, Dh)
+        return x.view(B, L, num_heads, self.head_dim).transpose(1, 2)  # -> (B, H, L, Dh)
 
     def _merge_heads(self, x: Tensor) -> Tensor:
         """The heads' outputs side by side again: the inverse of :meth:`_split_heads`."""
@@ -221,6 +303,12 @@ class MultiHeadAttention(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, empty: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """``softmax(q k^T / sqrt(Dh)) v`` step by step; returns (context, weights)."""
+        # Grouped-query attention: each group of H / Hkv query heads reads one shared
+        # key/value head (head h reads head h // group, as SDPA's enable_gqa does).
+        group = self.num_heads // self.num_kv_heads
+        if group > 1:
+            k = k.repeat_interleave(group, dim=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+            v = v.repeat_interleave(group, dim=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
         # 3. Scores, scaled by 1/sqrt(Dh): scaling q (T*Dh numbers) instead of the
         #    scores (T*S numbers) is the same product and a cheaper pass.
         scores = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)  # (B,H,T,Dh) @ (B,H,Dh,S)
@@ -246,7 +334,10 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """Steps 3-5 in one call: PyTorch picks a kernel that never builds (B, H, T, S)."""
         dropout_p = self.dropout if self.training else 0.0
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        context = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )  # (B, H, T, Dh)
         # Some SDPA kernels give NaN for an empty row: the rule above, applied here too.
         return context if empty is None else context.masked_fill(empty, 0.0)
 

@@ -184,7 +184,7 @@ def test_params_shapes_are_validated() -> None:
         AttentionParams(**{**good, "W_o": np.zeros((8, 4))})
     with raises("W_k", "(D_in, D_out)", "(8,)"):
         AttentionParams(**{**good, "W_k": np.zeros(8)})
-    with raises("W_k", "(8, 8)", "(8, 6)"):
+    with raises("W_v", "(8, 6)", "(8, 8)"):  # keys and values: one width, Dkv
         AttentionParams(**{**good, "W_k": np.zeros((8, 6))})
     with raises("b_v", "(8,)", "(6,)"):
         AttentionParams(**{**good, "b_v": np.zeros(6)})
