@@ -63,3 +63,15 @@ def test_the_check_sees_a_forbidden_import():
     assert "torch" in loaded and forbidden(loaded, ("torch",)) == sorted(
         m for m in loaded if m == "torch" or m.startswith("torch.")
     )
+
+
+def test_the_package_names_exactly_what_the_specification_exports():
+    """``mha/__init__.py`` lists the names it loads lazily; they must not drift from
+    the ``__all__`` of the modules that define them."""
+    import importlib
+
+    import mha
+
+    for module, names in mha._SPECIFICATION.items():
+        assert sorted(names) == sorted(importlib.import_module(module).__all__), module
+    assert mha.__all__ == sorted(n for names in mha._SPECIFICATION.values() for n in names)
