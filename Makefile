@@ -55,11 +55,14 @@ site-build: setup
 lint: setup
 	$(BIN)/ruff check mha tests book/notebooks book/_ext
 
-# Two workers (this machine has two cores); one file per worker keeps module fixtures.
+# Two workers (this machine has two cores). nbval needs each notebook whole on one
+# worker (loadfile); the unit tests balance better when an idle worker steals work
+# (a module fixture may then be built once per worker).
 XDIST := -n 2 --dist loadfile
 
 unit: setup
-	$(PY) -m pytest tests -m "not browser" $(XDIST) --cov=mha --cov-report=term --cov-fail-under=95
+	$(PY) -m pytest tests -m "not browser" -n 2 --dist worksteal \
+		--cov=mha --cov-report=term --cov-fail-under=95
 
 check-notebooks: setup
 	$(PY) tests/nbtools.py check
