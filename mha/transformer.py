@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha._checks import check_non_negative_int, check_positive_int
-from mha.modules import MultiHeadAttention
+from mha.modules import KVCache, MultiHeadAttention
 from mha.positional import sinusoidal_positional_encoding
 
 __all__ = [
@@ -236,6 +236,7 @@ class DecoderLayer(nn.Module):
         self_mask: Tensor | None = None,
         cross_mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: tuple[KVCache, KVCache] | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Decode ``x`` while attending to ``memory``.
 
@@ -251,6 +252,9 @@ class DecoderLayer(nn.Module):
             bool, broadcastable to ``(B, H, T, S)`` (source padding ``(B, 1, 1, S)``).
         need_weights : bool
             Return the attention weights.
+        cache : (KVCache, KVCache), optional
+            The self-attention cache of the earlier positions, and the (fixed) cache
+            of the projected memory; ``x`` then holds the new positions only.
 
         Returns
         -------
@@ -261,18 +265,23 @@ class DecoderLayer(nn.Module):
         cross_weights : Tensor or None
             ``(B, H, T, S)``.
         """
+        self_cache, cross_cache = (None, None) if cache is None else cache
         if self.norm_first:
             h = self.norm1(x)
-            attended, self_weights = self.self_attn(h, h, h, self_mask, need_weights)
+            attended, self_weights = self.self_attn(h, h, h, self_mask, need_weights, self_cache)
             x = x + self.dropout1(attended)
             h = self.norm2(x)
-            attended, cross_weights = self.cross_attn(h, memory, memory, cross_mask, need_weights)
+            attended, cross_weights = self.cross_attn(
+                h, memory, memory, cross_mask, need_weights, cross_cache
+            )
             x = x + self.dropout2(attended)
             x = x + self.dropout3(self.feed_forward(self.norm3(x)))
         else:
-            attended, self_weights = self.self_attn(x, x, x, self_mask, need_weights)
+            attended, self_weights = self.self_attn(x, x, x, self_mask, need_weights, self_cache)
             x = self.norm1(x + self.dropout1(attended))
-            attended, cross_weights = self.cross_attn(x, memory, memory, cross_mask, need_weights)
+            attended, cross_weights = self.cross_attn(
+                x, memory, memory, cross_mask, need_weights, cross_cache
+            )
             x = self.norm2(x + self.dropout2(attended))
             x = self.norm3(x + self.dropout3(self.feed_forward(x)))
         return x, self_weights, cross_weights
@@ -412,7 +421,10 @@ class Transformer(nn.Module):
             self.decoder_norm = nn.Identity()
         self.output = nn.Linear(d_model, tgt_vocab_size)
 
-    def _embed(self, tokens: Tensor, embedding: nn.Embedding, name: str) -> Tensor:
+    def _embed(
+        self, tokens: Tensor, embedding: nn.Embedding, name: str, start: int = 0
+    ) -> Tensor:
+        """Embed ``tokens[:, start:]``, which sit at positions ``start, start + 1, ...``."""
         _check_tokens(tokens, name)
         length = tokens.shape[1]
         if length > self.max_len:
@@ -420,8 +432,14 @@ class Transformer(nn.Module):
                 f"{name} has length {length} > max_len={self.max_len} (shape {tuple(tokens.shape)})"
             )
         # (B, L) -> (B, L, D), plus (L, D) broadcast over the batch
-        x = embedding(tokens) * math.sqrt(self.d_model) + self.positional_encoding[:length]
+        x = embedding(tokens[:, start:]) * math.sqrt(self.d_model)
+        x = x + self.positional_encoding[start:length]
         return self.embedding_dropout(x)
+
+    def new_cache(self) -> list[tuple[KVCache, KVCache]]:
+        """Empty caches for :meth:`decode`: per decoder layer, one for the growing
+        self-attention keys and values, one (``fixed``) for the projected memory."""
+        return [(KVCache(), KVCache(fixed=True)) for _ in self.decoder_layers]
 
     def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """Run the encoder.
@@ -450,7 +468,12 @@ class Transformer(nn.Module):
         return self.encoder_norm(x), enc_weights
 
     def decode(
-        self, tgt_in: Tensor, memory: Tensor, src: Tensor, need_weights: bool = False
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src: Tensor,
+        need_weights: bool = False,
+        cache: list[tuple[KVCache, KVCache]] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Run the decoder and the output projection.
 
@@ -464,11 +487,17 @@ class Transformer(nn.Module):
             ``(B, S)`` the source ids, for the cross-attention padding mask.
         need_weights : bool
             Collect each layer's attention weights.
+        cache : list, optional
+            From :meth:`new_cache`, holding the first ``L`` positions of ``tgt_in``
+            (the whole prefix is passed every time; its padding is needed for the
+            mask): only positions ``L ..`` are computed, their keys and values are
+            cached, and the memory is projected once, at the first call.
 
         Returns
         -------
         logits : Tensor
-            ``(B, T, V)`` unnormalised next-token scores.
+            ``(B, T, V)`` unnormalised next-token scores (``(B, T - L, V)`` with a
+            cache: the new positions only).
         self_weights : list of Tensor
             One ``(B, H, T, T)`` per layer (empty unless ``need_weights``).
         cross_weights : list of Tensor
@@ -486,12 +515,14 @@ class Transformer(nn.Module):
                 f"tgt_in and src must have the same batch size, got shapes "
                 f"tgt_in {tuple(tgt_in.shape)}, src {tuple(src.shape)}"
             )
-        x = self._embed(tgt_in, self.tgt_embedding, "tgt_in")
-        self_mask = target_mask(tgt_in, self.pad_id)  # (B, 1, T, T)
+        start = cache[0][0].length if cache else 0  # positions already cached
+        x = self._embed(tgt_in, self.tgt_embedding, "tgt_in", start)
+        self_mask = target_mask(tgt_in, self.pad_id)[:, :, start:]  # (B, 1, T - L, T)
         cross_mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
         self_weights, cross_weights = [], []
-        for layer in self.decoder_layers:
-            x, sw, cw = layer(x, memory, self_mask, cross_mask, need_weights)
+        caches = cache if cache is not None else [None] * len(self.decoder_layers)
+        for layer, layer_cache in zip(self.decoder_layers, caches, strict=True):
+            x, sw, cw = layer(x, memory, self_mask, cross_mask, need_weights, layer_cache)
             if need_weights:
                 self_weights.append(sw)
                 cross_weights.append(cw)

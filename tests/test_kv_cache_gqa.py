@@ -186,3 +186,42 @@ def test_causal_mask_for_the_last_queries_is_aligned_bottom_right():
     assert np.array_equal(mha.causal_mask(3, num_keys=3), mha.causal_mask(3))
     with pytest.raises(ValueError, match="num_keys=2 is smaller than size=3"):
         mha.causal_mask(3, num_keys=2)
+
+
+# ------------------------------------------------- the Transformer and the translator
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_decodes_the_same_with_a_cache(norm_first):
+    """Each position decoded through the cache equals one pass over the whole prefix,
+    with padding in the source and the target (float64, 1e-12)."""
+    from mha.transformer import Transformer
+
+    torch.manual_seed(7)
+    model = Transformer(11, 13, d_model=12, num_heads=4, num_encoder_layers=2,
+                        num_decoder_layers=2, d_ff=24, max_len=10,
+                        norm_first=norm_first).double().eval()  # fmt: skip
+    src = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])  # pad_id 0
+    tgt = torch.tensor([[1, 5, 6, 7, 2], [1, 9, 2, 0, 0]])
+    memory, _ = model.encode(src)
+    full, _, _ = model.decode(tgt, memory, src)
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, : t + 1], memory, src, cache=cache)[0] for t in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **CLOSE)
+    assert cache[0][0].length == 5 and cache[0][1].length == 4  # memory: once, S = 4
+
+
+def test_translations_with_and_without_the_cache_are_identical():
+    """The shipped translator, on every held-out and compositional sentence."""
+    import mha.translator as tr
+
+    translator = tr.load_pretrained()
+    corpus = tr.generate_corpus(0, num_train=10000, num_heldout=1000, num_compositional=1000)
+    sentences = [list(e.source) for e in corpus.heldout + corpus.compositional]
+    src = translator._encode_sources(sentences)
+    vocab = translator.tgt_vocab
+    with torch.no_grad():
+        cached = tr.greedy_decode(translator.model, src, vocab.bos_id, vocab.eos_id)
+        plain = tr.greedy_decode(translator.model, src, vocab.bos_id, vocab.eos_id,
+                                 use_cache=False)  # fmt: skip
+    assert torch.equal(cached, plain)

@@ -17,13 +17,21 @@ __all__ = ["Translator", "greedy_decode"]
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_new_tokens: int | None = None
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int | None = None,
+    use_cache: bool = True,
 ) -> Tensor:
     """Translate a batch by always taking the most likely next token.
 
-    The source is encoded once; the decoder is re-run on the growing prefix (no cache:
-    sentences here are a dozen tokens). A row is finished once it emits ``eos_id``;
-    decoding stops when every row is finished or after ``max_new_tokens`` tokens.
+    The source is encoded once. With the KV cache (the default) each step runs the
+    decoder on the newest position only: the keys and values of the earlier positions
+    are cached, and the memory is projected once; without it the decoder is re-run on
+    the whole growing prefix. Both give the same tokens. A row is finished once it
+    emits ``eos_id``; decoding stops when every row is finished or after
+    ``max_new_tokens`` tokens.
 
     Parameters
     ----------
@@ -35,6 +43,8 @@ def greedy_decode(
     max_new_tokens : int, optional
         Length limit (end token included); default and maximum ``model.max_len - 1``,
         the longest prefix the positional table allows after ``<s>``.
+    use_cache : bool
+        Decode with a KV cache (see :meth:`mha.transformer.Transformer.decode`).
 
     Returns
     -------
@@ -53,8 +63,10 @@ def greedy_decode(
     batch = src.shape[0]
     out = torch.full((batch, 1), bos_id, dtype=torch.long)  # (B, 1): the <s> prefix
     done = torch.zeros(batch, dtype=torch.bool)
+    cache = model.new_cache() if use_cache else None
     for _ in range(max_new_tokens):
-        logits, _, _ = model.decode(out, memory, src)  # (B, t) -> (B, t, V)
+        # (B, t) -> (B, t, V), or (B, 1, V) for the newest position with the cache
+        logits, _, _ = model.decode(out, memory, src, cache=cache)
         nxt = logits[:, -1].argmax(dim=-1)  # (B, V) -> (B,)
         nxt = nxt.masked_fill(done, model.pad_id)  # finished rows only pad
         out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t) -> (B, t + 1)
