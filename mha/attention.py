@@ -311,6 +311,24 @@ class AttentionParams:
         """Whether the projections have biases."""
         return self.b_q is not None
 
+    def num_kv_heads(self, num_heads: int) -> int:
+        """``Hkv``, the key/value heads these weights give ``num_heads`` query heads.
+
+        Raises
+        ------
+        ValueError
+            If ``kv_dim`` is not a multiple of ``head_dim = d_model / num_heads`` whose
+            count divides ``num_heads``.
+        """
+        head_dim = check_divisible(self.d_model, num_heads)
+        if self.kv_dim % head_dim != 0 or num_heads % (self.kv_dim // head_dim) != 0:
+            raise ValueError(
+                f"params.W_k {self.W_k.shape} projects to {self.kv_dim} features: with "
+                f"num_heads={num_heads} (head_dim={head_dim}) that must be num_kv_heads * "
+                f"{head_dim} with num_kv_heads dividing {num_heads}"
+            )
+        return self.kv_dim // head_dim
+
     @property
     def num_parameters(self) -> int:
         """Number of scalars: ``4 D^2 + 4 D`` for self-attention with biases, whatever ``H``."""
@@ -508,8 +526,7 @@ def multi_head_attention_steps(
                 f"{name} has {x.shape[-1]} features (shape {x.shape}) but params.{w} "
                 f"expects {w_shape[0]} (shape {w_shape})"
             )
-    head_dim = check_divisible(params.d_model, num_heads)
-    num_kv_heads = _num_kv_heads(params, num_heads, head_dim)
+    num_kv_heads = params.num_kv_heads(num_heads)  # checks num_heads too
     if cache is not None and not isinstance(cache, KVCache):
         raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
     batch, target_len = query.shape[0], query.shape[1]
@@ -552,18 +569,6 @@ def multi_head_attention_steps(
         merged=merged,
         output=output,
     )
-
-
-def _num_kv_heads(params: AttentionParams, num_heads: int, head_dim: int) -> int:
-    """``Hkv`` from the width of ``W_k``; it must divide ``num_heads``."""
-    kv_dim = params.kv_dim
-    if kv_dim % head_dim != 0 or num_heads % (kv_dim // head_dim) != 0:
-        raise ValueError(
-            f"params.W_k {params.W_k.shape} projects to {kv_dim} features: with "
-            f"num_heads={num_heads} (head_dim={head_dim}) that must be num_kv_heads * "
-            f"{head_dim} with num_kv_heads dividing {num_heads}"
-        )
-    return kv_dim // head_dim
 
 
 def multi_head_attention(

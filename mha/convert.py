@@ -177,14 +177,12 @@ def params_to_module(
 ) -> MultiHeadAttention:
     """A new :class:`~mha.modules.MultiHeadAttention` holding copies of ``params``.
 
-    It keeps their dtype. Our module projects keys and values from width ``D``, so
-    ``params`` with other key or value widths are refused.
+    It keeps their dtype, and their grouped key/value heads if ``W_k`` and ``W_v``
+    project to fewer features than ``d_model``. Our module reads keys and values of
+    width ``D``, so ``params`` for other input widths are refused.
     """
     _check_params(params)
-    head_dim = check_divisible(params.d_model, num_heads)
-    num_kv_heads = max(params.kv_dim // head_dim, 1)  # a bad width fails the shape check
-    if num_heads % num_kv_heads != 0:
-        num_kv_heads = num_heads
+    num_kv_heads = params.num_kv_heads(num_heads)
     ours = MultiHeadAttention(
         params.d_model, num_heads, dropout=dropout, bias=params.bias, num_kv_heads=num_kv_heads
     )

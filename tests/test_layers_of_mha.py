@@ -57,12 +57,13 @@ def test_layer_loads_nothing_above_it(statement):
     )
 
 
-def test_the_check_sees_a_forbidden_import():
-    """The checker itself: a module that imports torch is reported."""
-    loaded = loaded_by("import mha.modules")
-    assert "torch" in loaded and forbidden(loaded, ("torch",)) == sorted(
-        m for m in loaded if m == "torch" or m.startswith("torch.")
-    )
+def test_the_check_matches_whole_module_names():
+    """A forbidden package counts with its submodules, and only with them: "torch"
+    catches torch.nn, not torchvision; "mha.draw" does not catch mha.drawing."""
+    loaded = {"torch", "torch.nn", "torchvision", "mha.draw.style", "mha.drawing"}
+    assert forbidden(loaded, ("torch",)) == ["torch", "torch.nn"]
+    assert forbidden(loaded, ("mha.draw",)) == ["mha.draw.style"]
+    assert forbidden(loaded, ("numpy",)) == []
 
 
 def test_the_package_names_exactly_what_the_specification_exports():
