@@ -562,6 +562,12 @@ def multi_head_attention_steps(
     batch, target_len = query.shape[0], query.shape[1]
     # S: the new keys, after the cached ones that the append keeps (all, or window - 1).
     source_len = key.shape[1] + (0 if cache is None else cache.kept_length)
+    if mask is None and target_len > 1 and cache is not None and cache.window is not None:
+        raise ValueError(
+            f"{target_len} new positions through a rolling cache (window={cache.window}) "
+            "need a mask: without one the first would see the later ones; pass "
+            f"mha.sliding_window_mask({target_len}, {cache.window}, num_keys={source_len})"
+        )
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, (batch, num_heads, target_len, source_len))

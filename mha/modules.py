@@ -297,6 +297,13 @@ class MultiHeadAttention(nn.Module):
             0 if cache is None else (cache.length - key.shape[1] if reuse else cache.kept_length)
         )
         self._check_inputs(query, key, value, mask, cached)
+        if mask is None and query.shape[1] > 1 and cache is not None and cache.window:
+            T, S = query.shape[1], cached + key.shape[1]
+            raise ValueError(
+                f"{T} new positions through a rolling cache (window={cache.window}) need "
+                "a mask: without one the first would see the later ones; pass "
+                f"mha.sliding_window_mask({T}, {cache.window}, num_keys={S})"
+            )
         # 1. Project, all heads at once (one matmul each), 2. split the heads.
         q = self._split_heads(self.W_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         if reuse:  # cross-attention: the encoder memory was projected at the first step

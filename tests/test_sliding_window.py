@@ -332,3 +332,23 @@ def test_without_a_window_the_cache_keeps_everything():
         spec.append(np.zeros((1, 2, 1, 3)), np.zeros((1, 2, 1, 3)))
         ours.append(torch.zeros(1, 2, 1, 3), torch.zeros(1, 2, 1, 3))
         assert spec.length == spec.kept_length == ours.length == ours.kept_length == t + 1
+
+
+def test_a_block_through_a_rolling_cache_without_a_mask_is_refused():
+    """Unmasked, the first of several new queries would see the later ones: refused in
+    the spec and the module alike; a single new position needs no mask."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(1, 5, 8))
+    params = mha.AttentionParams.init(8, seed=3)
+    spec = mha.KVCache(window=3)
+    with pytest.raises(ValueError, match=r"sliding_window_mask\(2, 3, num_keys=2\)"):
+        mha.multi_head_attention(x[:, :2], x[:, :2], x[:, :2], params, 4, cache=spec)
+    assert spec.length == 0
+    mha.multi_head_attention(x[:, :1], x[:, :1], x[:, :1], params, 4, cache=spec)
+    m = convert.params_to_module(params, num_heads=4)
+    ours = KVCache(window=3)
+    xt = torch.from_numpy(x)
+    m(xt[:, :1], xt[:, :1], xt[:, :1], cache=ours)
+    with pytest.raises(ValueError, match=r"sliding_window_mask\(3, 3, num_keys=4\)"):
+        m(xt[:, 1:4], xt[:, 1:4], xt[:, 1:4], cache=ours)
+    assert ours.length == 1
