@@ -4,8 +4,8 @@ The NumPy functions named here are the specification (``mha.softmax``,
 ``mha.multi_head_attention``, ...). The package is built in layers, each importing
 only those below it:
 
-* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`
-  (NumPy only: no torch, no matplotlib);
+* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`,
+  :mod:`mha.tiled` (NumPy only: no torch, no matplotlib);
 * beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
   :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
   so that the tests comparing the two compare independent code;
@@ -65,6 +65,7 @@ _SPECIFICATION = {
         "to_torch_key_padding_mask",
     ],
     "mha.positional": ["sinusoidal_positional_encoding"],
+    "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
 }
 _HOME = {name: module for module, names in _SPECIFICATION.items() for name in names}
 

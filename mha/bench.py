@@ -20,6 +20,12 @@ Where ``/proc/cpuinfo`` gives the CPU model, a clock and a vector FMA flag, the 
 prints an estimated FMA peak (cores x clock x FLOPs per cycle) with its assumptions; the
 measured ceiling is the number the percentages use.
 
+A second table (``--sdpa-lengths``, default T = 256 to 2048) puts the kernel that
+``F.scaled_dot_product_attention`` runs on this CPU beside the formula written out,
+``softmax(q k^T / sqrt(Dh)) v``, as T grows: time, and peak memory read from the allocation
+events of ``torch.profiler`` (see :func:`profile_memory`). The formula holds ``(T, S)``
+scores, so its memory grows like T^2; the fused kernel works on tiles, and grows like T.
+
 This is a benchmark, not a test: it prints, it never fails on a slow machine.
 """
 
@@ -33,6 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +72,8 @@ ROW_LABELS = (OURS_WEIGHTS, OURS_FAST, TORCH_WEIGHTS, TORCH_FAST, SDPA_REF, PER_
 TARGETS = ((OURS_WEIGHTS, 1.25), (OURS_FAST, 1.05))
 CEILING_SIZES = (2048, 4096)
 CEILING_REPEATS = 3
+SDPA_LENGTHS = (256, 512, 1024, 2048)  # T = S of the SDPA kernel vs formula table
+SDPA_SHAPE = (1, 8, 64)  # its B, H, Dh
 
 
 def gemm_flops(m: int, k: int, n: int) -> int:
@@ -118,6 +127,7 @@ class Config:
     threads: int | None = None
     ceiling_sizes: tuple[int, ...] = CEILING_SIZES
     ceiling_repeats: int = CEILING_REPEATS
+    sdpa_lengths: tuple[int, ...] = SDPA_LENGTHS
 
     @property
     def attention_flops(self) -> float:
@@ -483,6 +493,158 @@ def format_table(
     return "\n".join(lines)
 
 
+# ------------------------------------------------------- SDPA kernel vs the explicit formula
+
+FUSED = "F.scaled_dot_product_attention"
+EXPLICIT = "softmax(q k^T / sqrt(Dh)) v"
+SDPA_KERNEL_PREFIX = "aten::_scaled_dot_product"  # the op F.sdpa dispatches to
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The formula as written, holding the whole ``(B, H, T, S)`` score matrix."""
+    # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, T, S) @ (B, H, S, Dv) -> (B, H, T, Dv)
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """What torch's CPU allocator did during each call, read from ``torch.profiler``."""
+
+    peak_bytes: dict[Any, int]  # key -> largest total held above the start of the call
+    sdpa_kernels: dict[Any, tuple[str, ...]]  # key -> aten::_scaled_dot_product* ops run
+
+
+def profile_memory(calls: dict[Any, Callable[[], object]]) -> MemoryProfile:
+    """Run each call once under ``torch.profiler.profile(profile_memory=True)``.
+
+    The profiler records every allocation and free of torch's CPU allocator as a
+    ``[memory]`` event with a signed size and a time stamp. Within the time window of
+    each call (a ``record_function`` range), the running total of those sizes starts at
+    0; its largest value is the call's peak: the memory it held at once beyond what
+    existed before it (its inputs), its result included. One profiling session for all
+    calls, so the profiler starts (and logs its start on stderr) once.
+
+    The events are read from ``prof.profiler.kineto_results``, the list torch's profiler
+    keeps; it is not a documented API, so tests/test_bench.py checks the peaks this
+    gives against allocations whose sizes are known.
+    """
+    windows = {f"mha.bench call {i}": key for i, key in enumerate(calls)}
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+        for window, fn in zip(windows, calls.values(), strict=True):
+            with torch.profiler.record_function(window):
+                fn()
+    events = prof.profiler.kineto_results.events()
+    spans = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in windows}
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    peaks, kernels = {}, {}
+    for window, key in windows.items():
+        start, end = spans[window]
+        held = peak = 0
+        for stamp, nbytes in memory:
+            if start <= stamp <= end:
+                held += nbytes
+                peak = max(peak, held)
+        peaks[key] = peak
+        names = (e.name() for e in events if start <= e.start_ns() <= end)
+        kernels[key] = tuple(dict.fromkeys(n for n in names if n.startswith(SDPA_KERNEL_PREFIX)))
+    return MemoryProfile(peaks, kernels)
+
+
+@dataclass(frozen=True)
+class SdpaRow:
+    length: int  # T = S
+    seconds: dict[str, float]  # label -> median seconds of one call
+    peak_bytes: dict[str, int]  # label -> peak bytes of one call
+
+
+def measure_sdpa(
+    lengths: Sequence[int], repeats: int, warmup: int, shape: tuple[int, int, int] = SDPA_SHAPE
+) -> tuple[list[SdpaRow], tuple[str, ...]]:
+    """Time and profile ``F.scaled_dot_product_attention`` and the explicit formula on
+    the same float32 ``q, k, v`` of shape ``(B, H, T, Dh)`` for each ``T``.
+
+    Times first (which also warms both up), then the peak memory of one more call of
+    each, all in one profiling session. Returns the rows and the aten kernels that
+    ``F.scaled_dot_product_attention`` ran.
+    """
+    batch, heads, head_dim = shape
+    generator = torch.Generator().manual_seed(0)
+    calls, seconds = {}, {}
+    with torch.no_grad():
+        for T in lengths:
+            q, k, v = (torch.randn(batch, heads, T, head_dim, generator=generator) for _ in "qkv")
+            pair = {
+                FUSED: lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v),
+                EXPLICIT: lambda q=q, k=k, v=v: explicit_attention(q, k, v),
+            }
+            times = time_rows(pair, repeats, warmup)
+            for label, fn in pair.items():
+                calls[T, label] = fn
+                seconds[T, label] = statistics.median(times[label])
+        memory = profile_memory(calls)
+    rows = [
+        SdpaRow(
+            T,
+            {label: seconds[T, label] for label in (FUSED, EXPLICIT)},
+            {label: memory.peak_bytes[T, label] for label in (FUSED, EXPLICIT)},
+        )
+        for T in lengths
+    ]
+    kernels = tuple(dict.fromkeys(n for T in lengths for n in memory.sdpa_kernels[T, FUSED]))
+    return rows, kernels
+
+
+def format_sdpa_table(
+    rows: Sequence[SdpaRow],
+    kernels: Sequence[str],
+    repeats: int,
+    warmup: int,
+    shape: tuple[int, int, int] = SDPA_SHAPE,
+) -> str:
+    """Time and peak memory of the fused kernel and of the formula, side by side per T."""
+    batch, heads, head_dim = shape
+    notes = [
+        f"F.scaled_dot_product_attention vs the explicit formula {EXPLICIT}: "
+        f"B={batch}, H={heads}, Dh={head_dim}, S=T, no mask, float32, torch.no_grad, "
+        f"{torch.get_num_threads()} threads",
+        f"kernel torch ran for F.scaled_dot_product_attention: "
+        f"{', '.join(kernels) or 'no aten::_scaled_dot_product* op recorded'}",
+        f"time: median of {repeats} calls after {warmup} warm-up, the two taking turns",
+        "peak: the most memory torch's CPU allocator held at once during one call beyond "
+        "what it held before (inputs not counted, result counted), measured with "
+        "torch.profiler.profile(profile_memory=True) from its allocation events",
+        "one score matrix: B*H*T*S*4 bytes, what the formula must hold (twice, while it divides)",
+    ]
+    lines = [
+        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
+        for note in notes
+    ]
+    lines += [
+        "",
+        f"{'T':>6} {'sdpa ms':>9} {'formula ms':>11} {'ratio':>6} {'sdpa MB':>9} "
+        f"{'formula MB':>11} {'ratio':>6} {'one score matrix MB':>20}",
+    ]
+    for row in rows:
+        fast, slow = row.seconds[FUSED], row.seconds[EXPLICIT]
+        small, big = row.peak_bytes[FUSED], row.peak_bytes[EXPLICIT]
+        memory_ratio = f"{big / small:>6.1f}" if small else f"{'-':>6}"
+        scores_mb = batch * heads * row.length * row.length * 4 / 2**20
+        lines.append(
+            f"{row.length:>6} {fast * 1e3:>9.2f} {slow * 1e3:>11.2f} {slow / fast:>6.2f} "
+            f"{small / 2**20:>9.2f} {big / 2**20:>11.2f} {memory_ratio} {scores_mb:>20.2f}"
+        )
+    lines.append("ratio = formula / sdpa; MB = 2^20 bytes")
+    return "\n".join(lines)
+
+
+def sdpa_section(config: Config) -> str:
+    """The SDPA table for ``config.sdpa_lengths``: measured, then formatted."""
+    rows, kernels = measure_sdpa(config.sdpa_lengths, config.repeats, config.warmup)
+    return format_sdpa_table(rows, kernels, config.repeats, config.warmup)
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(","))
@@ -513,10 +675,19 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument(
         "--ceiling-repeats", type=int, default=CEILING_REPEATS, help="GEMMs per size (default 3)"
     )
+    parser.add_argument(
+        "--sdpa-lengths",
+        type=_sizes,
+        default=None,
+        help="T = S of the F.scaled_dot_product_attention vs formula table "
+        "(default 256,512,1024,2048; 256,512 with --quick)",
+    )
     parser.add_argument("--quick", action="store_true", help="B=2, T=128, D=256, H=4")
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.d_model, args.heads = 2, 128, 256, 4
+    if args.sdpa_lengths is None:
+        args.sdpa_lengths = SDPA_LENGTHS[:2] if args.quick else SDPA_LENGTHS
     for name in ("batch", "length", "d_model", "heads", "repeats", "ceiling_repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -536,6 +707,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         args.threads,
         args.ceiling_sizes,
         args.ceiling_repeats,
+        sdpa_lengths=args.sdpa_lengths,
     )
 
 
@@ -548,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ceiling = measure_ceiling(config.ceiling_sizes, config.ceiling_repeats)
         times = measure(config)
         print(format_table(config, times, ceiling, parse_cpuinfo(read_cpuinfo())))
+        print("\n" + sdpa_section(config))
     finally:
         torch.set_num_threads(previous)
 
