@@ -77,8 +77,10 @@ def kv_cache_bytes(
     context_length = check_non_negative_int(context_length, "context_length")
     batch_size = check_positive_int(batch_size, "batch_size")
     bytes_per_value = check_positive_int(bytes_per_value, "bytes_per_value")
-    cached = context_length if window is None else min(
-        context_length, check_positive_int(window, "window")
+    cached = (
+        context_length
+        if window is None
+        else min(context_length, check_positive_int(window, "window"))
     )
     # 2: one key and one value vector per layer, key/value head and cached position.
     return 2 * num_layers * num_kv_heads * head_dim * cached * batch_size * bytes_per_value
@@ -210,8 +212,8 @@ def _layer_macs(
     positions projected to keys and values, ``keys`` positions attended to."""
     d_model = check_positive_int(d_model, "d_model")
     head_dim = check_divisible(d_model, num_heads)
-    num_kv_heads = num_heads if num_kv_heads is None else check_positive_int(
-        num_kv_heads, "num_kv_heads"
+    num_kv_heads = (
+        num_heads if num_kv_heads is None else check_positive_int(num_kv_heads, "num_kv_heads")
     )
     if num_heads % num_kv_heads != 0:
         raise ValueError(

@@ -181,9 +181,7 @@ def test_cached_step_matches_the_flop_counter(need_weights, num_kv_heads, positi
         lambda: module(new, new, new, mask=mask, need_weights=need_weights, cache=cache)
     )
     assert cache.length == position + 1
-    expected = decode_macs_with_cache(
-        16, 4, position, num_kv_heads=num_kv_heads, batch_size=batch
-    )
+    expected = decode_macs_with_cache(16, 4, position, num_kv_heads=num_kv_heads, batch_size=batch)
     assert counted == expected
 
 
