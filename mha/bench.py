@@ -536,6 +536,7 @@ class DecodeRow:
 
     @property
     def macs_ratio(self) -> float:
+        """Multiply-adds without the cache over with it, counted over the whole model."""
         return self.macs_without / self.macs_with
 
 
