@@ -26,6 +26,12 @@ A second table (``--sdpa-lengths``, default T = 256 to 2048) puts the kernel tha
 events of ``torch.profiler`` (see :func:`profile_memory`). The formula holds ``(T, S)``
 scores, so its memory grows like T^2; the fused kernel works on tiles, and grows like T.
 
+A third table times greedy decoding with and without the KV cache, side by side in one
+run: a Transformer of the tiny translator's shape with random weights generates exactly N
+tokens (``--decode-tokens``) both ways, and the table shows the time per token, the
+speed-up, and next to it how many times fewer multiply-adds the cache needs: counted by
+``FlopCounterMode`` over the whole model, and from :mod:`mha.cost` for one self-attention.
+
 This is a benchmark, not a test: it prints, it never fails on a slow machine.
 """
 
@@ -44,10 +50,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 from mha.attention import multi_head_attention
 from mha.convert import module_to_torch, params_from_module
+from mha.cost import decode_macs_with_cache, decode_macs_without_cache
 from mha.modules import MultiHeadAttention
+from mha.threads import num_threads
+from mha.transformer import Transformer
+from mha.translator.decoding import greedy_decode
 
 OURS_WEIGHTS = "mha MultiHeadAttention, weights"
 OURS_FAST = "mha MultiHeadAttention, fast path"
@@ -74,6 +86,23 @@ CEILING_SIZES = (2048, 4096)
 CEILING_REPEATS = 3
 SDPA_LENGTHS = (256, 512, 1024, 2048)  # T = S of the SDPA kernel vs formula table
 SDPA_SHAPE = (1, 8, 64)  # its B, H, Dh
+
+# Greedy decoding, with and without the KV cache: the tiny translator's shape.
+DECODE_TOKENS = (16, 64, 256)
+DECODE_BATCH = 16
+DECODE_REPEATS = 3
+DECODE_MODEL = {
+    "d_model": 32,
+    "num_heads": 2,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "d_ff": 64,
+}
+DECODE_VOCAB = 100
+DECODE_SOURCE_LENGTH = 12
+DECODE_BOS = 1
+# An id past the vocabulary: argmax never returns it, so every row decodes all N tokens.
+DECODE_NEVER_EOS = DECODE_VOCAB
 
 
 def gemm_flops(m: int, k: int, n: int) -> int:
@@ -128,6 +157,9 @@ class Config:
     ceiling_sizes: tuple[int, ...] = CEILING_SIZES
     ceiling_repeats: int = CEILING_REPEATS
     sdpa_lengths: tuple[int, ...] = SDPA_LENGTHS
+    decode_tokens: tuple[int, ...] = DECODE_TOKENS
+    decode_batch: int = DECODE_BATCH
+    decode_repeats: int = DECODE_REPEATS
 
     @property
     def attention_flops(self) -> float:
@@ -645,6 +677,144 @@ def sdpa_section(config: Config) -> str:
     return format_sdpa_table(rows, kernels, config.repeats, config.warmup)
 
 
+# ---------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """Greedy decoding of ``new_tokens`` tokens, with and without the KV cache."""
+
+    new_tokens: int
+    seconds_without: list[float]  # every timed run without the cache
+    seconds_with: list[float]  # every timed run with it
+    macs_without: int  # counted over the whole model
+    macs_with: int
+    same_tokens: bool
+
+    @property
+    def speedup(self) -> float:
+        """Median time without the cache over median time with it."""
+        return statistics.median(self.seconds_without) / statistics.median(self.seconds_with)
+
+    @property
+    def macs_ratio(self) -> float:
+        """Multiply-adds without the cache over with it, counted over the whole model."""
+        return self.macs_without / self.macs_with
+
+
+def decode_model(max_new_tokens: int, batch: int) -> tuple[Transformer, Tensor]:
+    """A seeded Transformer of the translator's shape (random weights) and a random
+    ``(batch, DECODE_SOURCE_LENGTH)`` source to translate."""
+    torch.manual_seed(0)
+    max_len = max(max_new_tokens + 1, DECODE_SOURCE_LENGTH)  # <s> + N tokens
+    model = Transformer(DECODE_VOCAB, DECODE_VOCAB, max_len=max_len, **DECODE_MODEL).eval()
+    generator = torch.Generator().manual_seed(1)
+    # ids from 3: not padding (0), <s> (1) or </s> (2)
+    src = torch.randint(3, DECODE_VOCAB, (batch, DECODE_SOURCE_LENGTH), generator=generator)
+    return model, src
+
+
+def counted_macs(run: Callable[[], Tensor]) -> tuple[int, Tensor]:
+    """Multiply-adds of the matrix products ``run()`` executes, as torch counts them, and
+    what ``run()`` returned.
+
+    SDPA runs in its math form, whose matmuls the counter sees (it does not see inside
+    the fused CPU kernel); the arithmetic is the same.
+    """
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        out = run()
+    return counter.get_total_flops() // 2, out  # FLOPs = 2 x multiply-adds
+
+
+def self_attention_macs_ratio(new_tokens: int) -> float:
+    """Multiply-adds of one decoder self-attention over ``new_tokens`` greedy steps,
+    without the cache over with it (:mod:`mha.cost`). Step ``p`` computes position
+    ``p`` after ``p`` earlier ones; layers and batch size cancel in the ratio."""
+    d_model, heads = DECODE_MODEL["d_model"], DECODE_MODEL["num_heads"]
+    steps = range(new_tokens)
+    without = sum(decode_macs_without_cache(d_model, heads, p) for p in steps)
+    return without / sum(decode_macs_with_cache(d_model, heads, p) for p in steps)
+
+
+def measure_decode(tokens: Sequence[int], batch: int, repeats: int) -> list[DecodeRow]:
+    """Time and count greedy decoding of each ``N`` in ``tokens``, with and without the
+    cache, on one model. The timed runs take turns (see :func:`time_rows`) after one
+    short untimed run each way.
+
+    One torch thread, as :class:`mha.translator.Translator` decodes: at these sizes a
+    second thread only adds synchronisation (see :func:`mha.threads.num_threads`).
+    """
+    with num_threads(1):
+        return _measure_decode(tokens, batch, repeats)
+
+
+def _measure_decode(tokens: Sequence[int], batch: int, repeats: int) -> list[DecodeRow]:
+    model, src = decode_model(max(tokens), batch)
+
+    def run(n: int, use_cache: bool) -> Callable[[], Tensor]:
+        return lambda: greedy_decode(
+            model, src, DECODE_BOS, DECODE_NEVER_EOS, max_new_tokens=n, use_cache=use_cache
+        )
+
+    run(min(tokens), False)(), run(min(tokens), True)()  # warm-up
+    label = {(n, cache): f"N={n}, {'cache' if cache else 'no cache'}"
+             for n in tokens for cache in (False, True)}  # fmt: skip
+    times = time_rows({label[key]: run(*key) for key in label}, repeats, warmup=0)
+    result = []
+    for n in tokens:
+        macs_without, without = counted_macs(run(n, False))  # (B, N) token ids
+        macs_with, with_cache = counted_macs(run(n, True))
+        result.append(
+            DecodeRow(
+                new_tokens=n,
+                seconds_without=times[label[n, False]],
+                seconds_with=times[label[n, True]],
+                macs_without=macs_without,
+                macs_with=macs_with,
+                same_tokens=without.shape == (batch, n) and torch.equal(without, with_cache),
+            )
+        )
+    return result
+
+
+def format_decode_table(rows: Sequence[DecodeRow], batch: int, repeats: int) -> str:
+    """The decoding table: ms per token both ways, speed-up, and the multiply-add ratios."""
+    shape = ", ".join(f"{name}={value}" for name, value in DECODE_MODEL.items())
+    same = all(row.same_tokens for row in rows)
+    notes = [
+        "greedy decoding, every step running the decoder on the whole prefix (no cache) or "
+        f"on the newest position only (KV cache): Transformer({shape}), vocabulary "
+        f"{DECODE_VOCAB}, random weights (seed 0), float32, torch.no_grad; batch {batch}, "
+        f"source {DECODE_SOURCE_LENGTH} tokens; each run generates exactly N tokens",
+        f"timing: median of {repeats} runs per row and N, rows taking turns, one torch "
+        "thread (as mha.translator decodes); ms per generated token (the whole batch)",
+        "MACs ratio: multiply-adds without / with the cache; model: the whole greedy decode "
+        "(encoder, decoder, output layer) counted by torch's FlopCounterMode, SDPA in its "
+        "math form; self-attention: one decoder self-attention over the N steps, from "
+        "mha.cost",
+        "same tokens with and without the cache: "
+        + ("yes, every row and N" if same else "NO (see DecodeRow.same_tokens)"),
+    ]
+    lines = [
+        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
+        for note in notes
+    ]
+    lines += [
+        "",
+        f"{'new tokens':>10} {'ms/token, no cache':>19} {'ms/token, cache':>16} "
+        f"{'speed-up':>9} {'MACs ratio: model':>18} {'self-attention':>15}",
+    ]
+    for row in rows:
+        per_token = [1e3 * statistics.median(t) / row.new_tokens
+                     for t in (row.seconds_without, row.seconds_with)]  # fmt: skip
+        lines.append(
+            f"{row.new_tokens:>10} {per_token[0]:>19.3f} {per_token[1]:>16.3f} "
+            f"{row.speedup:>8.2f}x {row.macs_ratio:>17.1f}x "
+            f"{self_attention_macs_ratio(row.new_tokens):>14.1f}x"
+        )
+    return "\n".join(lines)
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(","))
@@ -682,13 +852,33 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         help="T = S of the F.scaled_dot_product_attention vs formula table "
         "(default 256,512,1024,2048; 256,512 with --quick)",
     )
-    parser.add_argument("--quick", action="store_true", help="B=2, T=128, D=256, H=4")
+    parser.add_argument(
+        "--decode-tokens",
+        type=_sizes,
+        default=DECODE_TOKENS,
+        help="N, new tokens per greedy decoding run (default 16,64,256)",
+    )
+    parser.add_argument(
+        "--decode-batch", type=int, default=DECODE_BATCH, help="sentences decoded at once"
+    )
+    parser.add_argument(
+        "--decode-repeats", type=int, default=DECODE_REPEATS, help="timed decoding runs per N"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="B=2, T=128, D=256, H=4; SDPA T=256,512; decode N=8,32",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.d_model, args.heads = 2, 128, 256, 4
+        if args.decode_tokens == DECODE_TOKENS:
+            args.decode_tokens = (8, 32)
     if args.sdpa_lengths is None:
         args.sdpa_lengths = SDPA_LENGTHS[:2] if args.quick else SDPA_LENGTHS
-    for name in ("batch", "length", "d_model", "heads", "repeats", "ceiling_repeats"):
+    names = ("batch", "length", "d_model", "heads", "repeats", "ceiling_repeats",
+             "decode_batch", "decode_repeats")  # fmt: skip
+    for name in names:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -708,6 +898,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         args.ceiling_sizes,
         args.ceiling_repeats,
         sdpa_lengths=args.sdpa_lengths,
+        decode_tokens=args.decode_tokens,
+        decode_batch=args.decode_batch,
+        decode_repeats=args.decode_repeats,
     )
 
 
@@ -721,9 +914,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         times = measure(config)
         print(format_table(config, times, ceiling, parse_cpuinfo(read_cpuinfo())))
         print("\n" + sdpa_section(config))
+        print()
+        rows = measure_decode(config.decode_tokens, config.decode_batch, config.decode_repeats)
+        print(format_decode_table(rows, config.decode_batch, config.decode_repeats))
     finally:
         torch.set_num_threads(previous)
 
 
 if __name__ == "__main__":
     main()
+

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from mha import bench
+from mha import bench, cost
 
 # ------------------------------------------------------------------------------ FLOPs
 
@@ -156,7 +156,8 @@ def test_main_prints_the_ceiling_and_the_machine(capsys) -> None:
     bench.main(["--batch", "1", "--length", "4", "--d-model", "8", "--heads", "2",
                 "--repeats", "1", "--warmup", "0",
                 "--ceiling-sizes", "16,32", "--ceiling-repeats", "1",
-                "--sdpa-lengths", "8"])  # fmt: skip
+                "--sdpa-lengths", "8", "--decode-tokens", "2", "--decode-batch", "1",
+                "--decode-repeats", "1"])  # fmt: skip
     out = " ".join(capsys.readouterr().out.split())  # the notes are wrapped
     assert "% of ceiling" in out and "CPU capability" in out
     assert "best of 1 per n: n=16" in out
@@ -261,7 +262,8 @@ def test_bench_prints_every_row(capsys) -> None:
     bench.main(["--batch", "2", "--length", "8", "--d-model", "16", "--heads", "2",
                 "--repeats", "1", "--warmup", "0",
                 "--ceiling-sizes", "32", "--ceiling-repeats", "1",
-                "--sdpa-lengths", "8,16"])  # fmt: skip
+                "--sdpa-lengths", "8,16", "--decode-tokens", "2,3", "--decode-batch", "2",
+                "--decode-repeats", "1"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     assert any("B=2, T=S=8, D=16, H=2" in line for line in lines)
     for label in BENCH_ROWS:
@@ -272,6 +274,8 @@ def test_bench_prints_every_row(capsys) -> None:
     assert sum(line.startswith("target:") for line in lines) == 2
     kernel_note = "kernel torch ran for F.scaled_dot_product_attention"
     assert any(line.startswith(kernel_note) for line in lines)
+    decode_rows = [line.split() for line in lines if re.match(r"\s+[23] ", line)]
+    assert [row[0] for row in decode_rows] == ["2", "3"]  # the decoding table, one row per N
 
 
 # ------------------------------------------------- SDPA kernel vs the explicit formula
@@ -359,5 +363,51 @@ def test_sdpa_lengths_option() -> None:
     assert bench.parse_args(["--quick"]).sdpa_lengths == (256, 512)
     assert bench.parse_args(["--sdpa-lengths", "64,128"]).sdpa_lengths == (64, 128)
     for bad in (["--sdpa-lengths", "0"], ["--sdpa-lengths", "a"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def test_decode_table_has_a_row_per_length() -> None:
+    rows = bench.measure_decode((1, 4), batch=2, repeats=2)
+    assert [row.new_tokens for row in rows] == [1, 4]
+    assert all(len(row.seconds_without) == len(row.seconds_with) == 2 for row in rows)
+    assert all(row.same_tokens for row in rows)
+    # One token: the cached run does exactly what the uncached one does (nothing cached
+    # yet, the memory projected once either way). Four: the recomputation costs more.
+    assert rows[0].macs_with == rows[0].macs_without > 0
+    assert rows[1].macs_without > rows[1].macs_with
+    table = bench.format_decode_table(rows, batch=2, repeats=2)
+    lines = table.splitlines()
+    header = [i for i, line in enumerate(lines) if line.lstrip().startswith("new tokens")]
+    assert len(header) == 1
+    body = [line.split() for line in lines[header[0] + 1 :]]
+    assert [row[0] for row in body] == ["1", "4"]
+    for row in body:
+        assert len(row) == 6, row  # N, two ms/token, speed-up, two MACs ratios
+        assert all(re.fullmatch(r"\d+\.\d+x?", cell) for cell in row[1:]), row
+    assert body[0][4:] == ["1.0x", "1.0x"]  # one step: nothing to save
+    assert "same tokens with and without the cache: yes" in " ".join(table.split())
+
+
+def test_self_attention_ratio_sums_the_steps() -> None:
+    assert bench.self_attention_macs_ratio(1) == 1.0
+    # Two steps: the second recomputes both positions, i.e. twice the cached step's work.
+    first, second = (cost.decode_macs_with_cache(32, 2, p) for p in (0, 1))
+    assert bench.self_attention_macs_ratio(2) == pytest.approx(
+        (first + 2 * second) / (first + second)
+    )
+
+
+def test_decode_options() -> None:
+    default = bench.parse_args([])
+    assert (default.decode_tokens, default.decode_batch, default.decode_repeats) == (
+        (16, 64, 256), 16, 3,
+    )
+    assert bench.parse_args(["--quick"]).decode_tokens == (8, 32)
+    assert bench.parse_args(["--quick", "--decode-tokens", "5"]).decode_tokens == (5,)
+    for bad in (["--decode-tokens", "0"], ["--decode-batch", "0"], ["--decode-repeats", "0"]):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
