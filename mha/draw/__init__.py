@@ -13,6 +13,9 @@ Import as ``from mha import draw``. Every function returns a
   :func:`padding_mask_figure`
 - weights as heatmaps: :func:`attention_heatmaps`, :func:`attention_grid`
 - the model: :func:`transformer_figure`
+- FlashAttention: :func:`tiles_figure` (which tiles :func:`mha.flash_attention`
+  computed, in which order), :func:`online_softmax_figure` (one row's running max
+  and sum, tile by tile)
 - numbers and vectors: :func:`curves_figure` (:class:`CurvePanel`, :class:`Series`,
   :class:`RefLine`), :func:`vectors_figure`
 
@@ -28,6 +31,7 @@ from mha.draw.pipeline import attention_pipeline_figure
 from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
 from mha.draw.style import HEAD_COLORS, alt_text, head_cmap, head_color, head_fill
 from mha.draw.tensors import merge_heads_figure, split_heads_figure, tensor_grid
+from mha.draw.tiled import online_softmax_figure, tiles_figure
 from mha.draw.transformer import ATTENTION_COLORS, transformer_figure
 from mha.draw.weights import matmul_per_head_figure, weight_matrix_figure
 
@@ -51,9 +55,11 @@ __all__ = [
     "matmul_per_head_figure",
     "merge_heads_figure",
     "multi_head_attention_figure",
+    "online_softmax_figure",
     "padding_mask_figure",
     "split_heads_figure",
     "tensor_grid",
+    "tiles_figure",
     "transformer_figure",
     "vectors_figure",
     "weight_matrix_figure",
