@@ -63,7 +63,7 @@ def test_greedy_decode_stops_at_length_limit():
 
 def test_greedy_decode_pads_rows_after_their_end_token(translator):
     # A short and a long sentence in one batch: the short one's row must end in padding.
-    src = translator._encode_sources(["hello", "the black cats see my old wolves"])
+    src = translator.source_ids(["hello", "the black cats see my old wolves"])
     ids = greedy_decode(translator.model, src, BOS, EOS)
     short = ids[0].tolist()
     end = short.index(EOS)
