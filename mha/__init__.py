@@ -59,6 +59,7 @@ _SPECIFICATION = {
         "from_torch_attn_mask",
         "from_torch_key_padding_mask",
         "padding_mask",
+        "sliding_window_mask",
         "to_additive_mask",
         "to_torch_attn_mask",
         "to_torch_key_padding_mask",
