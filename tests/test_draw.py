@@ -365,6 +365,26 @@ def test_kv_cache_figure_grows_the_cache_one_column_per_step():
     assert fig.get_size_inches()[0] <= MAX_WIDTH
 
 
+def test_kv_cache_figure_with_a_window_keeps_the_last_positions_only():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(1, 5, 8))
+    params = mha.AttentionParams.init(8, seed=2)
+    tokens = ["a", "b", "c", "d", "e"]
+    fig = draw.kv_cache_figure(x, params, 4, head=0, tokens=tokens, window=2)
+    band = mha.multi_head_attention_steps(x, x, x, params, 4,
+                                          mask=mha.sliding_window_mask(5, 2))
+    axes = grid_axes(fig)
+    for t in range(5):
+        _, k_ax, w_ax, v_ax = axes[4 * t: 4 * t + 4]
+        first = max(0, t - 1)
+        assert ticks(k_ax.get_xticklabels()) == tokens[first: t + 1]
+        assert texts(w_ax) == fmt(band.weights[0, 0, t, first: t + 1])
+        assert faces(v_ax, (t + 1 - first, 2)).shape == (t + 1 - first, 2, 4)
+    captions = " ".join(fig_texts(fig))
+    assert "holds 2, 'c' dropped" in captions and "'e' dropped" not in captions
+    assert "at most 2 columns" in draw.alt_text(fig)
+
+
 def test_kv_cache_figure_rejects_bad_input():
     params = mha.AttentionParams.init(8, kv_dim=4)
     with pytest.raises(ValueError, match=r"one sequence, shape \(1, T, D\)"):

@@ -29,7 +29,7 @@ from mha.draw.style import (
     set_alt_text,
     to_numpy,
 )
-from mha.masks import causal_mask
+from mha.masks import causal_mask, sliding_window_mask
 
 
 def _rows_tinted(x: np.ndarray, h: int, new: Sequence[int], title: str, col_name: str,
@@ -48,19 +48,22 @@ def kv_cache_figure(
     *,
     head: int = 0,
     tokens: Sequence[str] | None = None,
+    window: int | None = None,
     decimals: int = 2,
 ) -> Figure:
     """Decode ``x`` one position at a time through a :class:`mha.KVCache` and draw it.
 
     One row per step ``t``: the new query of head ``head`` (1, Dh), the cached keys as
-    ``K^T`` (Dh, t) with the column appended at this step in the head's colour and the
-    columns kept from earlier steps in grey, the weights of the new query over all cached keys
-    (1, t, values written in), and the cached values they weigh into the new context
-    row. Rows of
-    the cache are labelled with the tokens they came from.
+    ``K^T`` (Dh, S) with the column appended at this step in the head's colour and the
+    columns kept from earlier steps in grey, the weights of the new query over the
+    cached keys (1, S, values written in), and the cached values they weigh into the
+    new context row. Columns of the cache are labelled with the tokens they came from.
+    With a ``window`` the cache rolls (``mha.KVCache(window=...)``): it never holds
+    more than ``window`` positions, and each caption names the position it dropped.
 
     The figure checks its own claim before drawing: each step's weights and context
-    equal row ``t`` of one causal pass over the whole sequence (to 1e-12).
+    equal row ``t`` of one pass over the whole sequence with the causal mask (or the
+    sliding-window mask), to 1e-12.
 
     Parameters
     ----------
@@ -74,6 +77,9 @@ def kv_cache_figure(
         Which query head to draw; its key/value head is ``head // (H // Hkv)``.
     tokens : sequence of str, length T, optional
         Labels of the positions.
+    window : int, optional
+        Sliding-window attention: each position sees itself and the ``window - 1``
+        before it, and the cache keeps only those.
     decimals : int
         Decimals of the weights written in the cells.
 
@@ -96,29 +102,32 @@ def kv_cache_figure(
     h = check_index(head, num_heads, "head", "H")
     kv = h // (num_heads // params.num_kv_heads(num_heads))
     labels = check_labels(tokens, t_len, "tokens", "T") or [str(i) for i in range(t_len)]
-    full = multi_head_attention_steps(x, x, x, params, num_heads, mask=causal_mask(t_len))
+    band = causal_mask(t_len) if window is None else sliding_window_mask(t_len, window)
+    full = multi_head_attention_steps(x, x, x, params, num_heads, mask=band)
 
-    cache = KVCache()
+    cache = KVCache(window=window)
     rows: list = []
     for t in range(t_len):
         step = multi_head_attention_steps(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1],
                                           params, num_heads, cache=cache)
+        first = t + 1 - cache.length  # the oldest position still cached
         # The picture's claim, checked on the arrays it shows.
-        np.testing.assert_allclose(step.weights[0, :, 0], full.weights[0, :, t, :t + 1],
+        np.testing.assert_allclose(step.weights[0, :, 0], full.weights[0, :, t, first:t + 1],
                                    rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(step.context[0, :, 0], full.context[0, :, t],
                                    rtol=1e-12, atol=1e-12)
-        k_cached = cache.k_heads[0, kv]  # (S, Dh), S = t + 1
+        k_cached = cache.k_heads[0, kv]  # (S, Dh), S = t + 1 - first
         v_cached = cache.v_heads[0, kv]
         dh = k_cached.shape[1]
         weights = step.weights[0, h]  # (1, S)
-        kept = labels[: t + 1]
+        kept = labels[first: t + 1]
         k_face = neutral_faces(k_cached.T.shape)  # K^T: (Dh, S), the new key a column
-        k_face[:, t] = head_fill(h)
+        k_face[:, -1] = head_fill(h)
         how = (" (→: scale by 1/sqrt(Dh), softmax; weights @ V is the new context row)"
                if t == 0 else "")
+        dropped = f", '{labels[first - 1]}' dropped" if first > 0 else ""
         rows.append(Caption(f"step {t + 1}: '{labels[t]}' arrives; its key and value join "
-                            f"the cache, which now holds {t + 1}{how}"))
+                            f"the cache, which now holds {cache.length}{dropped}{how}"))
         rows.append([
             _rows_tinted(step.q_heads[0, h], h, [0], f"q_{h}", f"Dh = {dh}"),
             Op("@"),
@@ -129,14 +138,15 @@ def kv_cache_figure(
                  text=cell_texts(weights, True, decimals), title="weights",
                  title_color=head_text_color(h)),
             Op("@"),
-            _rows_tinted(v_cached, h, [t], "cached V", f"Dh = {dh}"),
+            _rows_tinted(v_cached, h, [len(kept) - 1], "cached V", f"Dh = {dh}"),
         ])
     fig, _ = compose(rows)
+    size = "t" if window is None else f"at most {window}"
     return set_alt_text(
         fig,
         f"Decoding {t_len} positions with a KV cache, head {h}: at step t one query of "
-        f"1 by {dh} meets a key cache of t columns (the newest coloured, the older grey), "
-        f"giving 1 by t weights that read a value cache of t rows.",
+        f"1 by {dh} meets a key cache of {size} columns (the newest coloured, the older "
+        f"grey), giving one row of weights that reads a value cache of as many rows.",
     )
 
 
