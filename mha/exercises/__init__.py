@@ -32,6 +32,7 @@ import numpy as np
 from ._attention import _sdpa_cases, _sdpa_mistakes
 from ._core import _Exercise, _judge
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
+from ._inference import _bytes_cases, _bytes_mistakes, _window_cases, _window_mistakes
 from ._masks import _causal_cases, _causal_mistakes, _padding_cases, _padding_mistakes
 from ._multi_head_attention import _mha_cases, _mha_mistakes
 from ._softmax import _softmax_cases, _softmax_mistakes
@@ -39,7 +40,7 @@ from ._softmax import _softmax_cases, _softmax_mistakes
 # Layout: this file holds the public API and the registry. _core.py runs a candidate,
 # compares it with mha and prints the report; each topic module holds the cases and
 # mistake models of its exercises (_softmax, _attention, _heads, _masks,
-# _multi_head_attention). Like the specification, the package imports only NumPy
+# _multi_head_attention, _inference). Like the specification, the package imports only NumPy
 # and the top-level names of mha (mha.softmax, ...), never torch or matplotlib.
 
 __all__ = ["check", "names"]
@@ -107,6 +108,21 @@ _EXERCISES: dict[str, _Exercise] = {
         _mha_mistakes(),
         "Compare each intermediate with mha.multi_head_attention_steps on this input "
         "(q, q_heads, scores, ..., merged, output).",
+    ),
+    "sliding_window_mask": _Exercise(
+        _window_cases,
+        ("the mask",),
+        "windows of 1 to 9, a window wider than the sequence, more keys than queries",
+        _window_mistakes(),
+        "Draw the mask for size 5, window 2 by hand: rows are queries, columns keys.",
+        exact=True,
+    ),
+    "kv_cache_bytes": _Exercise(
+        _bytes_cases,
+        ("the size",),
+        "published shapes, batches, float32, windows shorter and longer than the context",
+        _bytes_mistakes(),
+        "Count by hand for 1 layer, 1 head of 1, 1 position: what is stored, how big?",
     ),
 }
 
