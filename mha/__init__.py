@@ -5,7 +5,8 @@ The NumPy functions named here are the specification (``mha.softmax``,
 only those below it:
 
 * the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`
-  (NumPy only: no torch, no matplotlib);
+  and :mod:`mha.cost` (what a KV cache costs and saves, in bytes and multiply-adds),
+  NumPy only: no torch, no matplotlib;
 * beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
   :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
   so that the tests comparing the two compare independent code;
@@ -65,6 +66,13 @@ _SPECIFICATION = {
         "to_torch_key_padding_mask",
     ],
     "mha.positional": ["sinusoidal_positional_encoding"],
+    "mha.cost": [
+        "PUBLISHED_MODELS",
+        "PublishedModel",
+        "decode_macs_with_cache",
+        "decode_macs_without_cache",
+        "kv_cache_bytes",
+    ],
 }
 _HOME = {name: module for module, names in _SPECIFICATION.items() for name in names}
 
