@@ -4,9 +4,9 @@ The NumPy functions named here are the specification (``mha.softmax``,
 ``mha.multi_head_attention``, ...). The package is built in layers, each importing
 only those below it:
 
-* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`
-  and :mod:`mha.cost` (what a KV cache costs and saves, in bytes and multiply-adds),
-  NumPy only: no torch, no matplotlib;
+* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`,
+  :mod:`mha.tiled` (attention tile by tile) and :mod:`mha.cost` (what a KV cache costs
+  and saves, in bytes and multiply-adds), NumPy only: no torch, no matplotlib;
 * beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
   :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
   so that the tests comparing the two compare independent code;
@@ -66,6 +66,7 @@ _SPECIFICATION = {
         "to_torch_key_padding_mask",
     ],
     "mha.positional": ["sinusoidal_positional_encoding"],
+    "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
     "mha.cost": [
         "PUBLISHED_MODELS",
         "PublishedModel",
