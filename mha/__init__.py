@@ -4,8 +4,9 @@ The NumPy functions named here are the specification (``mha.softmax``,
 ``mha.multi_head_attention``, ...). The package is built in layers, each importing
 only those below it:
 
-* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`
-  (NumPy only: no torch, no matplotlib);
+* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`,
+  :mod:`mha.tiled` (attention tile by tile) and :mod:`mha.cost` (what a KV cache costs
+  and saves, in bytes and multiply-adds), NumPy only: no torch, no matplotlib;
 * beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
   :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
   so that the tests comparing the two compare independent code;
@@ -61,6 +62,7 @@ _SPECIFICATION = {
         "from_torch_attn_mask",
         "from_torch_key_padding_mask",
         "padding_mask",
+        "sliding_window_mask",
         "to_additive_mask",
         "to_torch_attn_mask",
         "to_torch_key_padding_mask",
@@ -71,6 +73,14 @@ _SPECIFICATION = {
         "apply_rope",
         "rope_permutation",
         "sinusoidal_positional_encoding",
+    ],
+    "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
+    "mha.cost": [
+        "PUBLISHED_MODELS",
+        "PublishedModel",
+        "decode_macs_with_cache",
+        "decode_macs_without_cache",
+        "kv_cache_bytes",
     ],
 }
 _HOME = {name: module for module, names in _SPECIFICATION.items() for name in names}

@@ -404,7 +404,7 @@ class AttentionSteps:
     v : (B, S_new, Dkv)   projected values of this call
     q_heads : (B, H, T, Dh)
     k_heads : (B, Hkv, S, Dh)  every key head attended to: with a cache, the cached
-                               ones first (``Hkv = H`` unless grouped)
+                               (kept) ones first (``Hkv = H`` unless grouped)
     v_heads : (B, Hkv, S, Dh)
     scores : (B, H, T, S)   raw ``q_heads @ k_heads^T``
     scaled : (B, H, T, S)   ``scores / sqrt(Dh)``
@@ -440,21 +440,46 @@ class KVCache:
     positions, appends their heads here, and lets the new queries attend to all of
     them. With grouped-query attention only the ``Hkv`` shared heads are stored.
 
+    With a ``window`` the cache rolls, for sliding-window attention
+    (:func:`mha.sliding_window_mask`): :meth:`append` first cuts the stored entries to
+    the last ``window - 1`` (all that a new query may still need besides itself), then
+    appends the new ones. Decoding one position at a time, it holds exactly ``window``
+    entries once warm, however long the sequence; a block of ``T`` new positions makes
+    it hold at most ``window - 1 + T``. The queries of a block must then be masked with
+    ``mha.sliding_window_mask(T, window, num_keys=S)``, ``S`` being the number of keys
+    after the append (for ``T = 1`` that mask is all True and may be left out).
+
     Attributes
     ----------
     k_heads, v_heads : np.ndarray, shape (B, Hkv, S, Dh), or None while empty
+    window : int, optional
+        Positions each query attends to, itself included. Default None: keep
+        everything.
     """
 
     k_heads: np.ndarray | None = None
     v_heads: np.ndarray | None = None
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.window is not None:
+            self.window = check_positive_int(self.window, "window")
 
     @property
     def length(self) -> int:
         """``S``, the number of positions cached."""
         return 0 if self.k_heads is None else self.k_heads.shape[2]
 
+    @property
+    def kept_length(self) -> int:
+        """How many cached positions the next :meth:`append` keeps: all of them, or with
+        a window the last ``window - 1``. The keys after the append number this plus
+        the new ones."""
+        return self.length if self.window is None else min(self.length, self.window - 1)
+
     def append(self, k_heads: np.ndarray, v_heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Store the heads of new positions after the cached ones; return all of them."""
+        """Store the heads of new positions after the (kept) cached ones; return all the
+        heads now stored, ``(B, Hkv, kept_length + S_new, Dh)`` each."""
         if self.k_heads is not None:
             if k_heads.shape[:2] + k_heads.shape[3:] != self.k_heads.shape[:2] + (
                 self.k_heads.shape[3],
@@ -463,8 +488,10 @@ class KVCache:
                     f"new key heads {k_heads.shape} do not fit the cached ones "
                     f"{self.k_heads.shape}: (B, Hkv, S, Dh) must agree except S"
                 )
-            k_heads = np.concatenate([self.k_heads, k_heads], axis=2)  # along S
-            v_heads = np.concatenate([self.v_heads, v_heads], axis=2)
+            # Start index, not [-kept:]: with kept = 0, [-0:] would keep everything.
+            start = self.length - self.kept_length
+            k_heads = np.concatenate([self.k_heads[:, :, start:], k_heads], axis=2)  # along S
+            v_heads = np.concatenate([self.v_heads[:, :, start:], v_heads], axis=2)
         self.k_heads, self.v_heads = k_heads, v_heads
         return k_heads, v_heads
 
@@ -499,10 +526,13 @@ def multi_head_attention_steps(
     mask : bool array_like, optional
         **True = may attend**, broadcastable to ``(B, H, T, S)`` as described in
         :func:`scaled_dot_product_attention`; ``S`` counts the cached positions too
-        (``mha.causal_mask(T, num_keys=S)`` for the last ``T`` of ``S`` positions).
+        (``mha.causal_mask(T, num_keys=S)`` for the last ``T`` of ``S`` positions); with
+        a rolling cache only the kept ones, ``S = cache.kept_length + key.shape[1]``
+        (and the mask is ``mha.sliding_window_mask(T, cache.window, num_keys=S)``).
     cache : KVCache, optional
         The key and value heads of earlier positions. The heads of ``key`` and
-        ``value`` are appended to it, and the queries attend to all of them.
+        ``value`` are appended to it, and the queries attend to all of them (with a
+        ``window``, to the last ``window - 1`` cached ones and the new ones).
     bias : float array_like, optional
         Added to the scaled scores of every head before the softmax, broadcastable to
         ``(B, H, T, S)`` like ``mask``: ALiBi's ``mha.alibi_bias(H, T, num_keys=S)``
@@ -550,7 +580,14 @@ def multi_head_attention_steps(
     if cache is not None and not isinstance(cache, KVCache):
         raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
     batch, target_len = query.shape[0], query.shape[1]
-    source_len = key.shape[1] + (0 if cache is None else cache.length)
+    # S: the new keys, after the cached ones that the append keeps (all, or window - 1).
+    source_len = key.shape[1] + (0 if cache is None else cache.kept_length)
+    if mask is None and target_len > 1 and cache is not None and cache.window is not None:
+        raise ValueError(
+            f"{target_len} new positions through a rolling cache (window={cache.window}) "
+            "need a mask: without one the first would see the later ones; pass "
+            f"mha.sliding_window_mask({target_len}, {cache.window}, num_keys={source_len})"
+        )
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, (batch, num_heads, target_len, source_len))

@@ -20,6 +20,18 @@ Where ``/proc/cpuinfo`` gives the CPU model, a clock and a vector FMA flag, the 
 prints an estimated FMA peak (cores x clock x FLOPs per cycle) with its assumptions; the
 measured ceiling is the number the percentages use.
 
+A second table (``--sdpa-lengths``, default T = 256 to 2048) puts the kernel that
+``F.scaled_dot_product_attention`` runs on this CPU beside the formula written out,
+``softmax(q k^T / sqrt(Dh)) v``, as T grows: time, and peak memory read from the allocation
+events of ``torch.profiler`` (see :func:`profile_memory`). The formula holds ``(T, S)``
+scores, so its memory grows like T^2; the fused kernel works on tiles, and grows like T.
+
+A third table times greedy decoding with and without the KV cache, side by side in one
+run: a Transformer of the tiny translator's shape with random weights generates exactly N
+tokens (``--decode-tokens``) both ways, and the table shows the time per token, the
+speed-up, and next to it how many times fewer multiply-adds the cache needs: counted by
+``FlopCounterMode`` over the whole model, and from :mod:`mha.cost` for one self-attention.
+
 This is a benchmark, not a test: it prints, it never fails on a slow machine.
 """
 
@@ -33,14 +45,21 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 from mha.attention import multi_head_attention
 from mha.convert import module_to_torch, params_from_module
+from mha.cost import decode_macs_with_cache, decode_macs_without_cache
 from mha.modules import MultiHeadAttention
+from mha.threads import num_threads
+from mha.transformer import Transformer
+from mha.translator.decoding import greedy_decode
 
 OURS_WEIGHTS = "mha MultiHeadAttention, weights"
 OURS_FAST = "mha MultiHeadAttention, fast path"
@@ -65,6 +84,25 @@ ROW_LABELS = (OURS_WEIGHTS, OURS_FAST, TORCH_WEIGHTS, TORCH_FAST, SDPA_REF, PER_
 TARGETS = ((OURS_WEIGHTS, 1.25), (OURS_FAST, 1.05))
 CEILING_SIZES = (2048, 4096)
 CEILING_REPEATS = 3
+SDPA_LENGTHS = (256, 512, 1024, 2048)  # T = S of the SDPA kernel vs formula table
+SDPA_SHAPE = (1, 8, 64)  # its B, H, Dh
+
+# Greedy decoding, with and without the KV cache: the tiny translator's shape.
+DECODE_TOKENS = (16, 64, 256)
+DECODE_BATCH = 16
+DECODE_REPEATS = 3
+DECODE_MODEL = {
+    "d_model": 32,
+    "num_heads": 2,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "d_ff": 64,
+}
+DECODE_VOCAB = 100
+DECODE_SOURCE_LENGTH = 12
+DECODE_BOS = 1
+# An id past the vocabulary: argmax never returns it, so every row decodes all N tokens.
+DECODE_NEVER_EOS = DECODE_VOCAB
 
 
 def gemm_flops(m: int, k: int, n: int) -> int:
@@ -118,6 +156,10 @@ class Config:
     threads: int | None = None
     ceiling_sizes: tuple[int, ...] = CEILING_SIZES
     ceiling_repeats: int = CEILING_REPEATS
+    sdpa_lengths: tuple[int, ...] = SDPA_LENGTHS
+    decode_tokens: tuple[int, ...] = DECODE_TOKENS
+    decode_batch: int = DECODE_BATCH
+    decode_repeats: int = DECODE_REPEATS
 
     @property
     def attention_flops(self) -> float:
@@ -483,6 +525,296 @@ def format_table(
     return "\n".join(lines)
 
 
+# ------------------------------------------------------- SDPA kernel vs the explicit formula
+
+FUSED = "F.scaled_dot_product_attention"
+EXPLICIT = "softmax(q k^T / sqrt(Dh)) v"
+SDPA_KERNEL_PREFIX = "aten::_scaled_dot_product"  # the op F.sdpa dispatches to
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The formula as written, holding the whole ``(B, H, T, S)`` score matrix."""
+    # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, T, S) @ (B, H, S, Dv) -> (B, H, T, Dv)
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """What torch's CPU allocator did during each call, read from ``torch.profiler``."""
+
+    peak_bytes: dict[Any, int]  # key -> largest total held above the start of the call
+    sdpa_kernels: dict[Any, tuple[str, ...]]  # key -> aten::_scaled_dot_product* ops run
+
+
+def profile_memory(calls: dict[Any, Callable[[], object]]) -> MemoryProfile:
+    """Run each call once under ``torch.profiler.profile(profile_memory=True)``.
+
+    The profiler records every allocation and free of torch's CPU allocator as a
+    ``[memory]`` event with a signed size and a time stamp. Within the time window of
+    each call (a ``record_function`` range), the running total of those sizes starts at
+    0; its largest value is the call's peak: the memory it held at once beyond what
+    existed before it (its inputs), its result included. One profiling session for all
+    calls, so the profiler starts (and logs its start on stderr) once.
+
+    The events are read from ``prof.profiler.kineto_results``, the list torch's profiler
+    keeps; it is not a documented API, so tests/test_bench.py checks the peaks this
+    gives against allocations whose sizes are known.
+    """
+    windows = {f"mha.bench call {i}": key for i, key in enumerate(calls)}
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+        for window, fn in zip(windows, calls.values(), strict=True):
+            with torch.profiler.record_function(window):
+                fn()
+    events = prof.profiler.kineto_results.events()
+    spans = {e.name(): (e.start_ns(), e.end_ns()) for e in events if e.name() in windows}
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    peaks, kernels = {}, {}
+    for window, key in windows.items():
+        start, end = spans[window]
+        held = peak = 0
+        for stamp, nbytes in memory:
+            if start <= stamp <= end:
+                held += nbytes
+                peak = max(peak, held)
+        peaks[key] = peak
+        names = (e.name() for e in events if start <= e.start_ns() <= end)
+        kernels[key] = tuple(dict.fromkeys(n for n in names if n.startswith(SDPA_KERNEL_PREFIX)))
+    return MemoryProfile(peaks, kernels)
+
+
+@dataclass(frozen=True)
+class SdpaRow:
+    length: int  # T = S
+    seconds: dict[str, float]  # label -> median seconds of one call
+    peak_bytes: dict[str, int]  # label -> peak bytes of one call
+
+
+def measure_sdpa(
+    lengths: Sequence[int], repeats: int, warmup: int, shape: tuple[int, int, int] = SDPA_SHAPE
+) -> tuple[list[SdpaRow], tuple[str, ...]]:
+    """Time and profile ``F.scaled_dot_product_attention`` and the explicit formula on
+    the same float32 ``q, k, v`` of shape ``(B, H, T, Dh)`` for each ``T``.
+
+    Times first (which also warms both up), then the peak memory of one more call of
+    each, all in one profiling session. Returns the rows and the aten kernels that
+    ``F.scaled_dot_product_attention`` ran.
+    """
+    batch, heads, head_dim = shape
+    generator = torch.Generator().manual_seed(0)
+    calls, seconds = {}, {}
+    with torch.no_grad():
+        for T in lengths:
+            q, k, v = (torch.randn(batch, heads, T, head_dim, generator=generator) for _ in "qkv")
+            pair = {
+                FUSED: lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v),
+                EXPLICIT: lambda q=q, k=k, v=v: explicit_attention(q, k, v),
+            }
+            times = time_rows(pair, repeats, warmup)
+            for label, fn in pair.items():
+                calls[T, label] = fn
+                seconds[T, label] = statistics.median(times[label])
+        memory = profile_memory(calls)
+    rows = [
+        SdpaRow(
+            T,
+            {label: seconds[T, label] for label in (FUSED, EXPLICIT)},
+            {label: memory.peak_bytes[T, label] for label in (FUSED, EXPLICIT)},
+        )
+        for T in lengths
+    ]
+    kernels = tuple(dict.fromkeys(n for T in lengths for n in memory.sdpa_kernels[T, FUSED]))
+    return rows, kernels
+
+
+def format_sdpa_table(
+    rows: Sequence[SdpaRow],
+    kernels: Sequence[str],
+    repeats: int,
+    warmup: int,
+    shape: tuple[int, int, int] = SDPA_SHAPE,
+) -> str:
+    """Time and peak memory of the fused kernel and of the formula, side by side per T."""
+    batch, heads, head_dim = shape
+    notes = [
+        f"F.scaled_dot_product_attention vs the explicit formula {EXPLICIT}: "
+        f"B={batch}, H={heads}, Dh={head_dim}, S=T, no mask, float32, torch.no_grad, "
+        f"{torch.get_num_threads()} threads",
+        f"kernel torch ran for F.scaled_dot_product_attention: "
+        f"{', '.join(kernels) or 'no aten::_scaled_dot_product* op recorded'}",
+        f"time: median of {repeats} calls after {warmup} warm-up, the two taking turns",
+        "peak: the most memory torch's CPU allocator held at once during one call beyond "
+        "what it held before (inputs not counted, result counted), measured with "
+        "torch.profiler.profile(profile_memory=True) from its allocation events",
+        "one score matrix: B*H*T*S*4 bytes, what the formula must hold (twice, while it divides)",
+    ]
+    lines = [
+        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
+        for note in notes
+    ]
+    lines += [
+        "",
+        f"{'T':>6} {'sdpa ms':>9} {'formula ms':>11} {'ratio':>6} {'sdpa MB':>9} "
+        f"{'formula MB':>11} {'ratio':>6} {'one score matrix MB':>20}",
+    ]
+    for row in rows:
+        fast, slow = row.seconds[FUSED], row.seconds[EXPLICIT]
+        small, big = row.peak_bytes[FUSED], row.peak_bytes[EXPLICIT]
+        memory_ratio = f"{big / small:>6.1f}" if small else f"{'-':>6}"
+        scores_mb = batch * heads * row.length * row.length * 4 / 2**20
+        lines.append(
+            f"{row.length:>6} {fast * 1e3:>9.2f} {slow * 1e3:>11.2f} {slow / fast:>6.2f} "
+            f"{small / 2**20:>9.2f} {big / 2**20:>11.2f} {memory_ratio} {scores_mb:>20.2f}"
+        )
+    lines.append("ratio = formula / sdpa; MB = 2^20 bytes")
+    return "\n".join(lines)
+
+
+def sdpa_section(config: Config) -> str:
+    """The SDPA table for ``config.sdpa_lengths``: measured, then formatted."""
+    rows, kernels = measure_sdpa(config.sdpa_lengths, config.repeats, config.warmup)
+    return format_sdpa_table(rows, kernels, config.repeats, config.warmup)
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """Greedy decoding of ``new_tokens`` tokens, with and without the KV cache."""
+
+    new_tokens: int
+    seconds_without: list[float]  # every timed run without the cache
+    seconds_with: list[float]  # every timed run with it
+    macs_without: int  # counted over the whole model
+    macs_with: int
+    same_tokens: bool
+
+    @property
+    def speedup(self) -> float:
+        """Median time without the cache over median time with it."""
+        return statistics.median(self.seconds_without) / statistics.median(self.seconds_with)
+
+    @property
+    def macs_ratio(self) -> float:
+        """Multiply-adds without the cache over with it, counted over the whole model."""
+        return self.macs_without / self.macs_with
+
+
+def decode_model(max_new_tokens: int, batch: int) -> tuple[Transformer, Tensor]:
+    """A seeded Transformer of the translator's shape (random weights) and a random
+    ``(batch, DECODE_SOURCE_LENGTH)`` source to translate."""
+    torch.manual_seed(0)
+    max_len = max(max_new_tokens + 1, DECODE_SOURCE_LENGTH)  # <s> + N tokens
+    model = Transformer(DECODE_VOCAB, DECODE_VOCAB, max_len=max_len, **DECODE_MODEL).eval()
+    generator = torch.Generator().manual_seed(1)
+    # ids from 3: not padding (0), <s> (1) or </s> (2)
+    src = torch.randint(3, DECODE_VOCAB, (batch, DECODE_SOURCE_LENGTH), generator=generator)
+    return model, src
+
+
+def counted_macs(run: Callable[[], Tensor]) -> tuple[int, Tensor]:
+    """Multiply-adds of the matrix products ``run()`` executes, as torch counts them, and
+    what ``run()`` returned.
+
+    SDPA runs in its math form, whose matmuls the counter sees (it does not see inside
+    the fused CPU kernel); the arithmetic is the same.
+    """
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        out = run()
+    return counter.get_total_flops() // 2, out  # FLOPs = 2 x multiply-adds
+
+
+def self_attention_macs_ratio(new_tokens: int) -> float:
+    """Multiply-adds of one decoder self-attention over ``new_tokens`` greedy steps,
+    without the cache over with it (:mod:`mha.cost`). Step ``p`` computes position
+    ``p`` after ``p`` earlier ones; layers and batch size cancel in the ratio."""
+    d_model, heads = DECODE_MODEL["d_model"], DECODE_MODEL["num_heads"]
+    steps = range(new_tokens)
+    without = sum(decode_macs_without_cache(d_model, heads, p) for p in steps)
+    return without / sum(decode_macs_with_cache(d_model, heads, p) for p in steps)
+
+
+def measure_decode(tokens: Sequence[int], batch: int, repeats: int) -> list[DecodeRow]:
+    """Time and count greedy decoding of each ``N`` in ``tokens``, with and without the
+    cache, on one model. The timed runs take turns (see :func:`time_rows`) after one
+    short untimed run each way.
+
+    One torch thread, as :class:`mha.translator.Translator` decodes: at these sizes a
+    second thread only adds synchronisation (see :func:`mha.threads.num_threads`).
+    """
+    with num_threads(1):
+        return _measure_decode(tokens, batch, repeats)
+
+
+def _measure_decode(tokens: Sequence[int], batch: int, repeats: int) -> list[DecodeRow]:
+    model, src = decode_model(max(tokens), batch)
+
+    def run(n: int, use_cache: bool) -> Callable[[], Tensor]:
+        return lambda: greedy_decode(
+            model, src, DECODE_BOS, DECODE_NEVER_EOS, max_new_tokens=n, use_cache=use_cache
+        )
+
+    run(min(tokens), False)(), run(min(tokens), True)()  # warm-up
+    label = {(n, cache): f"N={n}, {'cache' if cache else 'no cache'}"
+             for n in tokens for cache in (False, True)}  # fmt: skip
+    times = time_rows({label[key]: run(*key) for key in label}, repeats, warmup=0)
+    result = []
+    for n in tokens:
+        macs_without, without = counted_macs(run(n, False))  # (B, N) token ids
+        macs_with, with_cache = counted_macs(run(n, True))
+        result.append(
+            DecodeRow(
+                new_tokens=n,
+                seconds_without=times[label[n, False]],
+                seconds_with=times[label[n, True]],
+                macs_without=macs_without,
+                macs_with=macs_with,
+                same_tokens=without.shape == (batch, n) and torch.equal(without, with_cache),
+            )
+        )
+    return result
+
+
+def format_decode_table(rows: Sequence[DecodeRow], batch: int, repeats: int) -> str:
+    """The decoding table: ms per token both ways, speed-up, and the multiply-add ratios."""
+    shape = ", ".join(f"{name}={value}" for name, value in DECODE_MODEL.items())
+    same = all(row.same_tokens for row in rows)
+    notes = [
+        "greedy decoding, every step running the decoder on the whole prefix (no cache) or "
+        f"on the newest position only (KV cache): Transformer({shape}), vocabulary "
+        f"{DECODE_VOCAB}, random weights (seed 0), float32, torch.no_grad; batch {batch}, "
+        f"source {DECODE_SOURCE_LENGTH} tokens; each run generates exactly N tokens",
+        f"timing: median of {repeats} runs per row and N, rows taking turns, one torch "
+        "thread (as mha.translator decodes); ms per generated token (the whole batch)",
+        "MACs ratio: multiply-adds without / with the cache; model: the whole greedy decode "
+        "(encoder, decoder, output layer) counted by torch's FlopCounterMode, SDPA in its "
+        "math form; self-attention: one decoder self-attention over the N steps, from "
+        "mha.cost",
+        "same tokens with and without the cache: "
+        + ("yes, every row and N" if same else "NO (see DecodeRow.same_tokens)"),
+    ]
+    lines = [
+        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
+        for note in notes
+    ]
+    lines += [
+        "",
+        f"{'new tokens':>10} {'ms/token, no cache':>19} {'ms/token, cache':>16} "
+        f"{'speed-up':>9} {'MACs ratio: model':>18} {'self-attention':>15}",
+    ]
+    for row in rows:
+        per_token = [1e3 * statistics.median(t) / row.new_tokens
+                     for t in (row.seconds_without, row.seconds_with)]  # fmt: skip
+        lines.append(
+            f"{row.new_tokens:>10} {per_token[0]:>19.3f} {per_token[1]:>16.3f} "
+            f"{row.speedup:>8.2f}x {row.macs_ratio:>17.1f}x "
+            f"{self_attention_macs_ratio(row.new_tokens):>14.1f}x"
+        )
+    return "\n".join(lines)
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(","))
@@ -513,11 +845,40 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument(
         "--ceiling-repeats", type=int, default=CEILING_REPEATS, help="GEMMs per size (default 3)"
     )
-    parser.add_argument("--quick", action="store_true", help="B=2, T=128, D=256, H=4")
+    parser.add_argument(
+        "--sdpa-lengths",
+        type=_sizes,
+        default=None,
+        help="T = S of the F.scaled_dot_product_attention vs formula table "
+        "(default 256,512,1024,2048; 256,512 with --quick)",
+    )
+    parser.add_argument(
+        "--decode-tokens",
+        type=_sizes,
+        default=DECODE_TOKENS,
+        help="N, new tokens per greedy decoding run (default 16,64,256)",
+    )
+    parser.add_argument(
+        "--decode-batch", type=int, default=DECODE_BATCH, help="sentences decoded at once"
+    )
+    parser.add_argument(
+        "--decode-repeats", type=int, default=DECODE_REPEATS, help="timed decoding runs per N"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="B=2, T=128, D=256, H=4; SDPA T=256,512; decode N=8,32",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.length, args.d_model, args.heads = 2, 128, 256, 4
-    for name in ("batch", "length", "d_model", "heads", "repeats", "ceiling_repeats"):
+        if args.decode_tokens == DECODE_TOKENS:
+            args.decode_tokens = (8, 32)
+    if args.sdpa_lengths is None:
+        args.sdpa_lengths = SDPA_LENGTHS[:2] if args.quick else SDPA_LENGTHS
+    names = ("batch", "length", "d_model", "heads", "repeats", "ceiling_repeats",
+             "decode_batch", "decode_repeats")  # fmt: skip
+    for name in names:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.threads is not None and args.threads < 1:
@@ -536,6 +897,10 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         args.threads,
         args.ceiling_sizes,
         args.ceiling_repeats,
+        sdpa_lengths=args.sdpa_lengths,
+        decode_tokens=args.decode_tokens,
+        decode_batch=args.decode_batch,
+        decode_repeats=args.decode_repeats,
     )
 
 
@@ -548,9 +913,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         ceiling = measure_ceiling(config.ceiling_sizes, config.ceiling_repeats)
         times = measure(config)
         print(format_table(config, times, ceiling, parse_cpuinfo(read_cpuinfo())))
+        print("\n" + sdpa_section(config))
+        print()
+        rows = measure_decode(config.decode_tokens, config.decode_batch, config.decode_repeats)
+        print(format_decode_table(rows, config.decode_batch, config.decode_repeats))
     finally:
         torch.set_num_threads(previous)
 
 
 if __name__ == "__main__":
     main()
+

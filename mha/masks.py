@@ -35,6 +35,7 @@ __all__ = [
     "from_torch_attn_mask",
     "from_torch_key_padding_mask",
     "padding_mask",
+    "sliding_window_mask",
     "to_additive_mask",
     "to_torch_attn_mask",
     "to_torch_key_padding_mask",
@@ -70,6 +71,46 @@ def causal_mask(size: int, num_keys: int | None = None) -> np.ndarray:
             "last of the key positions"
         )
     return np.tril(np.ones((size, num_keys), dtype=bool), k=num_keys - size)
+
+
+def sliding_window_mask(size: int, window: int, num_keys: int | None = None) -> np.ndarray:
+    """Sliding-window ("local") causal mask: a band of ``window`` keys per query.
+
+    Query ``t`` may attend to its own position and to the ``window - 1`` positions just
+    before it, nothing earlier and nothing later. Stacked layers still pass information
+    further back, one window per layer, while each layer attends to (and a rolling
+    :class:`mha.KVCache` stores) at most ``window`` keys per query.
+
+    Parameters
+    ----------
+    size : int
+        ``T``, the number of queries.
+    window : int
+        How many positions each query sees, itself included; ``window >= S`` gives
+        :func:`causal_mask`, ``window = 1`` only the query's own position.
+    num_keys : int, optional
+        ``S >= T``, the number of keys, when the queries are the *last* ``T`` of ``S``
+        positions (as in :func:`causal_mask`). Default ``T``.
+
+    Returns
+    -------
+    np.ndarray of bool, shape (T, S)
+        ``True`` where ``0 <= (S - T + t) - s < window``: query ``t`` sits at position
+        ``S - T + t`` and key ``s`` is at most ``window - 1`` positions behind it. The
+        band is aligned to the bottom right. Broadcasts against ``(B, H, T, S)``.
+    """
+    size = check_positive_int(size, "size")
+    window = check_positive_int(window, "window")
+    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
+    if num_keys < size:
+        raise ValueError(
+            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
+            "last of the key positions"
+        )
+    query_pos = np.arange(num_keys - size, num_keys)[:, None]  # (T, 1)
+    key_pos = np.arange(num_keys)[None, :]  # (1, S)
+    distance = query_pos - key_pos  # (T, 1) - (1, S) -> (T, S): how far back each key is
+    return (distance >= 0) & (distance < window)
 
 
 def padding_mask(

@@ -54,14 +54,33 @@ class KVCache:
     fixed : bool
         For cross-attention: the first call stores the projected encoder memory, and
         later calls reuse it without projecting ``key`` and ``value`` again.
+    window : int, optional
+        A rolling cache for sliding-window attention, each query seeing itself and the
+        ``window - 1`` positions before it. :meth:`append` first cuts the stored
+        entries to the last ``window - 1`` (all a new query may still need besides
+        itself), then appends the new ones: one position at a time, the cache holds
+        exactly ``window`` entries once warm, however long the sequence; a block of
+        ``T`` new positions makes it hold at most ``window - 1 + T``, and the block's
+        queries must be masked with ``mha.sliding_window_mask(T, window, num_keys=S)``,
+        ``S`` the number of keys after the append (all True, omissible, for ``T = 1``).
+        Default None: keep everything. Not allowed with ``fixed``: the encoder
+        memory is not a sequence that grows.
 
     Attributes
     ----------
     k, v : Tensor, shape (B, Hkv, S, Dh), or None while empty
     """
 
-    def __init__(self, fixed: bool = False):
+    def __init__(self, fixed: bool = False, window: int | None = None):
+        if window is not None:
+            window = check_positive_int(window, "window")
+            if fixed:
+                raise ValueError(
+                    f"window={window} needs a cache that grows: a fixed (cross-attention) "
+                    "cache stores the encoder memory once and cannot roll"
+                )
         self.fixed = fixed
+        self.window = window
         self.k: Tensor | None = None
         self.v: Tensor | None = None
 
@@ -70,16 +89,24 @@ class KVCache:
         """``S``, the number of positions cached."""
         return 0 if self.k is None else self.k.shape[2]
 
+    @property
+    def kept_length(self) -> int:
+        """How many cached positions the next :meth:`append` keeps: all of them, or with
+        a window the last ``window - 1``."""
+        return self.length if self.window is None else min(self.length, self.window - 1)
+
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store new key and value heads after the cached ones; return all of them."""
+        """Store new key and value heads after the (kept) cached ones; return all the
+        heads now stored, ``(B, Hkv, kept_length + S_new, Dh)`` each."""
         if self.k is not None:
             if k.shape[:2] != self.k.shape[:2] or k.shape[3] != self.k.shape[3]:
                 raise ValueError(
                     f"new key heads {tuple(k.shape)} do not fit the cached ones "
                     f"{tuple(self.k.shape)}: (B, Hkv, S, Dh) must agree except S"
                 )
-            k = torch.cat([self.k, k], dim=2)  # (B, Hkv, S_old + S_new, Dh)
-            v = torch.cat([self.v, v], dim=2)
+            start = self.length - self.kept_length  # not [-kept:], which is all for 0
+            k = torch.cat([self.k[:, :, start:], k], dim=2)  # (B, Hkv, kept + S_new, Dh)
+            v = torch.cat([self.v[:, :, start:], v], dim=2)
         self.k, self.v = k, v
         return k, v
 
@@ -321,7 +348,9 @@ class MultiHeadAttention(nn.Module):
             (or, for a ``fixed`` cache already filled, not projected at all) and the
             queries attend to everything cached. ``S`` in the mask counts the cached
             positions; ``mha.causal_mask(T, num_keys=S)`` is the causal mask of the last
-            ``T`` of ``S`` positions.
+            ``T`` of ``S`` positions. With a rolling cache (``window``), ``S`` counts
+            only the kept ones, ``cache.kept_length + key.shape[1]``, and the mask is
+            ``mha.sliding_window_mask(T, window, num_keys=S)``.
 
         Returns
         -------
@@ -332,8 +361,19 @@ class MultiHeadAttention(nn.Module):
             zero for a query row with nothing to attend to).
         """
         reuse = cache is not None and cache.fixed and cache.k is not None
-        cached = 0 if cache is None else cache.length - (key.shape[1] if reuse else 0)
+        # The cached keys the queries see: a reused memory is `key` itself (S in all);
+        # otherwise those the append keeps (all, or the last window - 1).
+        cached = (
+            0 if cache is None else (cache.length - key.shape[1] if reuse else cache.kept_length)
+        )
         self._check_inputs(query, key, value, mask, cached)
+        if mask is None and query.shape[1] > 1 and cache is not None and cache.window:
+            T, S = query.shape[1], cached + key.shape[1]
+            raise ValueError(
+                f"{T} new positions through a rolling cache (window={cache.window}) need "
+                "a mask: without one the first would see the later ones; pass "
+                f"mha.sliding_window_mask({T}, {cache.window}, num_keys={S})"
+            )
         bias = self._check_bias_and_rope(query, key, cached, reuse, bias, rope_positions)
         # 1. Project, all heads at once (one matmul each), 2. split the heads.
         q = self._split_heads(self.W_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)

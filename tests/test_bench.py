@@ -11,10 +11,11 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from mha import bench
+from mha import bench, cost
 
 # ------------------------------------------------------------------------------ FLOPs
 
@@ -154,7 +155,9 @@ def test_table_uses_the_gemm_ceiling_when_no_row_beats_it() -> None:
 def test_main_prints_the_ceiling_and_the_machine(capsys) -> None:
     bench.main(["--batch", "1", "--length", "4", "--d-model", "8", "--heads", "2",
                 "--repeats", "1", "--warmup", "0",
-                "--ceiling-sizes", "16,32", "--ceiling-repeats", "1"])  # fmt: skip
+                "--ceiling-sizes", "16,32", "--ceiling-repeats", "1",
+                "--sdpa-lengths", "8", "--decode-tokens", "2", "--decode-batch", "1",
+                "--decode-repeats", "1"])  # fmt: skip
     out = " ".join(capsys.readouterr().out.split())  # the notes are wrapped
     assert "% of ceiling" in out and "CPU capability" in out
     assert "best of 1 per n: n=16" in out
@@ -258,7 +261,9 @@ def test_bench_prints_every_row(capsys) -> None:
     """Smoke test of `python -m mha.bench` at tiny sizes: the table, not the timings."""
     bench.main(["--batch", "2", "--length", "8", "--d-model", "16", "--heads", "2",
                 "--repeats", "1", "--warmup", "0",
-                "--ceiling-sizes", "32", "--ceiling-repeats", "1"])  # fmt: skip
+                "--ceiling-sizes", "32", "--ceiling-repeats", "1",
+                "--sdpa-lengths", "8,16", "--decode-tokens", "2,3", "--decode-batch", "2",
+                "--decode-repeats", "1"])  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     assert any("B=2, T=S=8, D=16, H=2" in line for line in lines)
     for label in BENCH_ROWS:
@@ -267,3 +272,142 @@ def test_bench_prints_every_row(capsys) -> None:
         numbers = re.findall(r"\d+\.\d+", row[0][len(label) :])
         assert len(numbers) >= 2, row[0]  # ms and GFLOP/s (ratio too, except the matmul)
     assert sum(line.startswith("target:") for line in lines) == 2
+    kernel_note = "kernel torch ran for F.scaled_dot_product_attention"
+    assert any(line.startswith(kernel_note) for line in lines)
+    decode_rows = [line.split() for line in lines if re.match(r"\s+[23] ", line)]
+    assert [row[0] for row in decode_rows] == ["2", "3"]  # the decoding table, one row per N
+
+
+# ------------------------------------------------- SDPA kernel vs the explicit formula
+
+
+def test_explicit_formula_equals_torch_sdpa() -> None:
+    q, k, v = torch.randn(3, 2, 2, 7, 8, dtype=torch.float64).unbind(0)  # (B, H, T, Dh) each
+    expected = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(bench.explicit_attention(q, k, v), expected, rtol=0, atol=1e-12)
+
+
+def test_profiled_peak_of_known_allocations() -> None:
+    def alloc() -> torch.Tensor:
+        a = torch.empty(1000)  # 4000 bytes
+        b = torch.empty(3000)  # 12000 bytes: 16000 held at once
+        del a
+        return torch.empty(500) + b[:500]  # 2000 + 2000 after a was freed
+
+    def nothing() -> None:
+        return None
+
+    memory = bench.profile_memory({"alloc": alloc, "nothing": nothing})
+    assert memory.peak_bytes == {"alloc": 16000, "nothing": 0}
+    assert memory.sdpa_kernels == {"alloc": (), "nothing": ()}
+
+
+def test_profiled_peak_of_the_formula_is_two_score_matrices_and_the_output(
+    one_torch_thread,
+) -> None:
+    # explicit_attention holds q k^T and its scaled copy at once, then the scaled copy,
+    # the softmax and the output: 2 * (B H T S) + B H T Dv floats of 4 bytes.
+    B, H, T, Dh = 1, 2, 64, 8
+    q, k, v = torch.randn(3, B, H, T, Dh).unbind(0)
+    memory = bench.profile_memory(
+        {
+            "formula": lambda: bench.explicit_attention(q, k, v),
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+        }
+    )
+    expected = (2 * B * H * T * T + B * H * T * Dh) * 4
+    assert expected <= memory.peak_bytes["formula"] <= expected + 256  # + scalars, if any
+    assert memory.peak_bytes["sdpa"] >= B * H * T * Dh * 4  # its output at least
+    assert memory.peak_bytes["sdpa"] < memory.peak_bytes["formula"]
+    assert memory.sdpa_kernels["formula"] == ()
+    assert memory.sdpa_kernels["sdpa"]  # some aten::_scaled_dot_product* kernel ran
+    assert all(n.startswith("aten::_scaled_dot_product") for n in memory.sdpa_kernels["sdpa"])
+
+
+def test_sdpa_table_format(one_torch_thread) -> None:
+    """Tiny sizes: the layout and the numbers that do not depend on timing."""
+    rows, kernels = bench.measure_sdpa((8, 16), repeats=1, warmup=0, shape=(1, 2, 4))
+    assert [row.length for row in rows] == [8, 16]
+    for row in rows:
+        assert set(row.seconds) == set(row.peak_bytes) == {bench.FUSED, bench.EXPLICIT}
+        assert all(s > 0 for s in row.seconds.values())
+    table = bench.format_sdpa_table(rows, kernels, repeats=1, warmup=0, shape=(1, 2, 4))
+    lines = table.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:1] == ["T"])
+    body = lines[header + 1 : header + 3]
+    for row, line in zip(rows, body, strict=True):
+        cells = line.split()
+        assert len(cells) == 8 and int(cells[0]) == row.length
+        # one score matrix: B H T S * 4 bytes, in MB
+        assert float(cells[7]) == pytest.approx(2 * row.length**2 * 4 / 2**20, abs=0.005)
+        assert float(cells[5]) == pytest.approx(row.peak_bytes[bench.EXPLICIT] / 2**20, abs=0.005)
+    joined = " ".join(table.split())
+    assert "B=1, H=2, Dh=4" in joined and "torch.profiler.profile(profile_memory=True)" in joined
+    assert f"F.scaled_dot_product_attention: {kernels[0]}" in joined
+
+
+def test_sdpa_table_puts_each_number_in_its_column() -> None:
+    MB = 2**20
+    row = bench.SdpaRow(
+        512, {bench.FUSED: 0.002, bench.EXPLICIT: 0.006}, {bench.FUSED: MB, bench.EXPLICIT: 8 * MB}
+    )
+    table = bench.format_sdpa_table([row], ["aten::k"], repeats=3, warmup=1, shape=(1, 8, 64))
+    (line,) = [line for line in table.splitlines() if line.split()[:1] == ["512"]]
+    # T, sdpa ms, formula ms, ratio, sdpa MB, formula MB, ratio, one score matrix (8 MB)
+    assert line.split() == ["512", "2.00", "6.00", "3.00", "1.00", "8.00", "8.0", "8.00"]
+    assert "median of 3 calls after 1 warm-up" in " ".join(table.split())
+
+
+def test_sdpa_lengths_option() -> None:
+    assert bench.parse_args([]).sdpa_lengths == (256, 512, 1024, 2048)
+    assert bench.parse_args(["--quick"]).sdpa_lengths == (256, 512)
+    assert bench.parse_args(["--sdpa-lengths", "64,128"]).sdpa_lengths == (64, 128)
+    for bad in (["--sdpa-lengths", "0"], ["--sdpa-lengths", "a"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def test_decode_table_has_a_row_per_length() -> None:
+    rows = bench.measure_decode((1, 4), batch=2, repeats=2)
+    assert [row.new_tokens for row in rows] == [1, 4]
+    assert all(len(row.seconds_without) == len(row.seconds_with) == 2 for row in rows)
+    assert all(row.same_tokens for row in rows)
+    # One token: the cached run does exactly what the uncached one does (nothing cached
+    # yet, the memory projected once either way). Four: the recomputation costs more.
+    assert rows[0].macs_with == rows[0].macs_without > 0
+    assert rows[1].macs_without > rows[1].macs_with
+    table = bench.format_decode_table(rows, batch=2, repeats=2)
+    lines = table.splitlines()
+    header = [i for i, line in enumerate(lines) if line.lstrip().startswith("new tokens")]
+    assert len(header) == 1
+    body = [line.split() for line in lines[header[0] + 1 :]]
+    assert [row[0] for row in body] == ["1", "4"]
+    for row in body:
+        assert len(row) == 6, row  # N, two ms/token, speed-up, two MACs ratios
+        assert all(re.fullmatch(r"\d+\.\d+x?", cell) for cell in row[1:]), row
+    assert body[0][4:] == ["1.0x", "1.0x"]  # one step: nothing to save
+    assert "same tokens with and without the cache: yes" in " ".join(table.split())
+
+
+def test_self_attention_ratio_sums_the_steps() -> None:
+    assert bench.self_attention_macs_ratio(1) == 1.0
+    # Two steps: the second recomputes both positions, i.e. twice the cached step's work.
+    first, second = (cost.decode_macs_with_cache(32, 2, p) for p in (0, 1))
+    assert bench.self_attention_macs_ratio(2) == pytest.approx(
+        (first + 2 * second) / (first + second)
+    )
+
+
+def test_decode_options() -> None:
+    default = bench.parse_args([])
+    assert (default.decode_tokens, default.decode_batch, default.decode_repeats) == (
+        (16, 64, 256), 16, 3,
+    )
+    assert bench.parse_args(["--quick"]).decode_tokens == (8, 32)
+    assert bench.parse_args(["--quick", "--decode-tokens", "5"]).decode_tokens == (5,)
+    for bad in (["--decode-tokens", "0"], ["--decode-batch", "0"], ["--decode-repeats", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)

@@ -14,15 +14,17 @@ import sys
 
 import pytest
 
-SPECIFICATION = ("mha.attention", "mha.masks")
+SPECIFICATION = ("mha.attention", "mha.masks", "mha.tiled", "mha.cost")
 TOP = ("mha.convert", "mha.draw", "mha.translator", "mha.bench", "mha.exercises")
 
 # statement to run -> modules it must not load
 RULES = {
-    "import mha": ("torch", "matplotlib", "mha.attention", "mha.masks", "mha.positional"),
+    "import mha": ("torch", "matplotlib", *SPECIFICATION, "mha.positional"),
     "import mha; mha.multi_head_attention; mha.causal_mask; mha.sinusoidal_positional_encoding": (
         "torch", "matplotlib", *TOP,
     ),
+    "import mha; mha.flash_attention; mha.peak_memory_bytes": ("torch", "matplotlib", *TOP),
+    "import mha; mha.kv_cache_bytes; mha.PUBLISHED_MODELS": ("torch", "matplotlib", *TOP),
     "import mha.exercises": ("torch", "matplotlib"),
     "import mha.modules": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
                            "mha.transformer"),

@@ -557,6 +557,33 @@ def test_module_cached_decoding_equals_one_causal_pass(scheme, num_kv_heads, siz
     torch.testing.assert_close(torch.cat(outs, dim=1), full, **CLOSE)
 
 
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_module_rolling_cache_with_rope_or_alibi(scheme):
+    """With a rolling cache (sliding-window attention) the positions stay absolute:
+    RoPE's keys were rotated before they were cached, and ALiBi's bias is that of the
+    last T of the S kept keys."""
+    m = module(num_kv_heads=2)
+    length, window = 9, 3
+    x = torch.randn(2, length, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    band = torch.from_numpy(mha.sliding_window_mask(length, window))
+    if scheme == "rope":
+        full, _ = m(x, x, x, mask=band, rope_positions=torch.arange(length))
+    else:
+        full, _ = m(x, x, x, mask=band, bias=torch_alibi_bias(4, length, dtype=torch.float64))
+    cache, outs = KVCache(window=window), []
+    for t in range(length):
+        new = x[:, t : t + 1]
+        if scheme == "rope":
+            out, _ = m(new, new, new, cache=cache, rope_positions=torch.tensor([t]))
+        else:
+            kept = cache.kept_length + 1
+            bias = torch_alibi_bias(4, 1, num_keys=kept, dtype=torch.float64)
+            out, _ = m(new, new, new, cache=cache, bias=bias)
+        outs.append(out)
+        assert cache.length == min(t + 1, window)
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, **CLOSE)
+
+
 def test_rope_positions_need_self_attention():
     m = module()
     q = torch.randn(1, 2, 16, dtype=torch.float64)
