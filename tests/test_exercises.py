@@ -32,7 +32,8 @@ def run(capsys: pytest.CaptureFixture[str], name: str, candidate: Callable) -> t
     """Check ``candidate``; return the verdict and the printed text, whitespace-normalised
     (the report is wrapped for the book's code boxes)."""
     verdict = exercises.check(name, candidate)
-    return verdict, " ".join(capsys.readouterr().out.split())
+    assert isinstance(verdict, exercises.Verdict)
+    return bool(verdict), " ".join(capsys.readouterr().out.split())
 
 
 # --------------------------------------------------------------------------- correct variants
@@ -778,6 +779,20 @@ def test_names_lists_the_nine_functions() -> None:
     }
     assert expected <= set(exercises.names())
     assert all(callable(getattr(mha, name)) for name in exercises.names())
+
+
+def test_the_verdict_is_a_bool_that_a_notebook_does_not_display(capsys) -> None:
+    from IPython.core.formatters import DisplayFormatter
+
+    passed = exercises.check("causal_mask", causal_compare)
+    failed = exercises.check("causal_mask", CAUSAL["inverted"][0])
+    capsys.readouterr()
+    assert passed and not failed
+    assert passed == True and failed == False  # noqa: E712 - the comparison is the test
+    assert repr(passed) == "Verdict(passed=True)"
+    # IPython asks the object to display itself, gets nothing, and shows nothing:
+    assert DisplayFormatter().format(passed) == ({}, {})
+    assert DisplayFormatter().format(True) != ({}, {})  # unlike a plain bool
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:

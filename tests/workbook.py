@@ -72,7 +72,7 @@ def stub_source(check: str, stub: str) -> str:
         "from mha import exercises\n\n\n"
         f"{stub}\n"
         '    raise NotImplementedError("write your solution here")\n\n\n'
-        f'exercises.check("{check}", {function.group(1)});'
+        f'exercises.check("{check}", {function.group(1)})'
     )
 
 

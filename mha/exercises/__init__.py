@@ -43,7 +43,7 @@ from ._softmax import _softmax_cases, _softmax_mistakes
 # _multi_head_attention, _inference). Like the specification, the package imports only NumPy
 # and the top-level names of mha (mha.softmax, ...), never torch or matplotlib.
 
-__all__ = ["check", "names"]
+__all__ = ["Verdict", "check", "names"]
 
 _SEED = 14  # fixed: every run sees the same inputs, so a report can be reproduced
 
@@ -130,6 +130,34 @@ _EXERCISES: dict[str, _Exercise] = {
 # --------------------------------------------------------------------------- public API
 
 
+class Verdict:
+    """What :func:`check` found: true when every case agreed with ``mha``.
+
+    Use it as a bool (``if exercises.check(...)``, ``assert exercises.check(...)``).
+    A notebook shows nothing for it when ``check`` is the last line of a cell: the
+    report is already printed, and a bare ``True`` under it would only repeat it.
+    """
+
+    def __init__(self, passed: bool):
+        self.passed = bool(passed)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Verdict | bool):
+            return self.passed == bool(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to True/False, so not hashable
+
+    def __repr__(self) -> str:
+        return f"Verdict(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:
+        """IPython calls this instead of showing the repr: show nothing."""
+
+
 def _exercise(name: str) -> _Exercise:
     if name not in _EXERCISES:
         raise ValueError(f"unknown exercise {name!r}; known: {', '.join(_EXERCISES)}")
@@ -148,7 +176,7 @@ def names() -> list[str]:
     return list(_EXERCISES)
 
 
-def check(name: str, candidate: Callable[..., Any]) -> bool:
+def check(name: str, candidate: Callable[..., Any]) -> Verdict:
     """Run ``candidate`` as ``mha.<name>`` would be run and say whether it is right.
 
     The candidate is called on fixed inputs (a fixed seed) covering the edge cases
@@ -172,8 +200,9 @@ def check(name: str, candidate: Callable[..., Any]) -> bool:
 
     Returns
     -------
-    bool
-        True if every case agrees with ``mha``.
+    Verdict
+        True (as a bool) if every case agrees with ``mha``; a notebook displays
+        nothing for it, since the report above says it all.
 
     Raises
     ------
@@ -186,4 +215,4 @@ def check(name: str, candidate: Callable[..., Any]) -> bool:
     if not callable(candidate):
         raise TypeError(f"candidate must be a function, got {type(candidate).__name__}")
     cases = exercise.cases(np.random.default_rng(_SEED))
-    return _judge(name, candidate, exercise, cases)
+    return Verdict(_judge(name, candidate, exercise, cases))
