@@ -32,6 +32,8 @@ Mask convention: boolean, ``True`` = may attend (as in
 PyTorch's opposite boolean convention and additive float masks. A query row with
 nothing to attend to (every key blocked, or no keys at all) gets zero weights and zero
 context, never NaN; a NaN in the input propagates to the rows it reaches, as in PyTorch.
+An additive float ``bias`` (ALiBi's distance penalty, :func:`mha.alibi_bias`) is a
+separate argument, added to the scaled scores beside the mask: it never unblocks a key.
 """
 
 from __future__ import annotations
@@ -65,7 +67,13 @@ _SPECIFICATION = {
         "to_torch_attn_mask",
         "to_torch_key_padding_mask",
     ],
-    "mha.positional": ["sinusoidal_positional_encoding"],
+    "mha.positional": [
+        "alibi_bias",
+        "alibi_slopes",
+        "apply_rope",
+        "rope_permutation",
+        "sinusoidal_positional_encoding",
+    ],
     "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
     "mha.cost": [
         "PUBLISHED_MODELS",

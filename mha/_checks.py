@@ -97,3 +97,27 @@ def check_mask_shape(mask: np.ndarray, target: tuple[int, ...], name: str = "mas
                 f"{name} with shape {mask.shape} does not broadcast to the attention "
                 f"scores {layout}: every dim must be 1 or match"
             )
+
+
+def as_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> np.ndarray:
+    """Return ``bias`` as a float array that broadcasts to the scores ``target``.
+
+    An additive bias (ALiBi's, for instance) must be a finite float array: a boolean
+    or integer one would most likely be a mask passed in the wrong place, and ``-inf``
+    entries would block keys behind the back of the boolean ``mask``, whose rule for
+    rows with nothing to attend to must stay the one place that decides. The shape
+    rule is :func:`check_mask_shape`'s.
+    """
+    arr = np.asarray(bias)
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(
+            f"{name} must be a float array (added to the scaled scores), got dtype "
+            f"{arr.dtype} with shape {arr.shape}; a boolean mask goes in mask="
+        )
+    check_mask_shape(arr, target, name)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(
+            f"{name} (shape {arr.shape}) must be finite: block keys with the boolean "
+            "mask, not with -inf (mha.from_additive_mask converts an additive mask)"
+        )
+    return arr

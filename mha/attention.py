@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mha._checks import (
+    as_bias,
     as_bool_mask,
     as_float_array,
     check_divisible,
@@ -76,13 +77,17 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
 
 
 def _attention_core(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The five steps of scaled dot-product attention on validated arrays.
 
     Returns ``(scores, scaled, masked, weights, context)``; shared by
     :func:`scaled_dot_product_attention` and :func:`multi_head_attention_steps` so
-    the formula exists exactly once.
+    the formula exists exactly once. ``masked`` includes the ``bias``.
     """
     head_dim = q.shape[-1]
     # 1. Similarity of every query with every key.
@@ -91,8 +96,11 @@ def _attention_core(
     #    softmax out of its saturated, small-gradient region. A Python float keeps
     #    float32 inputs in float32.
     scaled = scores / math.sqrt(head_dim)
-    # 3. Blocked positions become -inf so that softmax gives them exactly 0.
-    masked = scaled if mask is None else np.where(mask, scaled, -np.inf)
+    # 3. An additive bias (ALiBi's distance penalty) shifts the scores before the
+    #    softmax, in the scores' dtype; blocked positions then become -inf so that the
+    #    softmax gives them exactly 0, whatever their bias.
+    biased = scaled if bias is None else scaled + bias.astype(scaled.dtype, copy=False)
+    masked = biased if mask is None else np.where(mask, biased, -np.inf)
     # 4. Each query's weights over the keys sum to 1 (or are all 0 if nothing is allowed).
     weights = softmax(masked, axis=-1)
     # 5. Weighted average of the values.
@@ -127,9 +135,9 @@ def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
 
 
 def scaled_dot_product_attention(
-    q: Any, k: Any, v: Any, mask: Any | None = None
+    q: Any, k: Any, v: Any, mask: Any | None = None, bias: Any | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scaled dot-product attention, ``softmax(q k^T / sqrt(Dh)) v``.
+    """Scaled dot-product attention, ``softmax(q k^T / sqrt(Dh) + bias) v``.
 
     Parameters
     ----------
@@ -143,6 +151,11 @@ def scaled_dot_product_attention(
         **True = may attend.** At least 2 dims, broadcastable to ``(..., T, S)`` without
         enlarging it (each dim 1 or equal, right-aligned), e.g. ``(T, S)`` from
         :func:`mha.causal_mask` or ``(B, 1, 1, S)`` from :func:`mha.padding_mask`.
+    bias : float array_like, optional
+        Added to the scaled scores before the softmax, e.g. ALiBi's
+        :func:`mha.alibi_bias` ``(H, T, S)``. Same shape rule as ``mask``; finite
+        (cast to the scores' dtype). It never unblocks a key the mask blocks, and a
+        row with nothing to attend to keeps zero weights.
 
     Returns
     -------
@@ -161,8 +174,8 @@ def scaled_dot_product_attention(
     Raises
     ------
     ValueError
-        If the shapes of ``q``, ``k``, ``v`` disagree, or ``mask`` is not boolean or
-        does not broadcast to ``(..., T, S)``.
+        If the shapes of ``q``, ``k``, ``v`` disagree, ``mask`` is not boolean, ``bias``
+        is not a finite float array, or either does not broadcast to ``(..., T, S)``.
     """
     q = as_float_array(q, "q")
     k = as_float_array(k, "k")
@@ -171,7 +184,9 @@ def scaled_dot_product_attention(
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, q.shape[:-1] + (k.shape[-2],))
-    _, _, _, weights, context = _attention_core(q, k, v, mask)
+    if bias is not None:
+        bias = as_bias(bias, q.shape[:-1] + (k.shape[-2],))
+    _, _, _, weights, context = _attention_core(q, k, v, mask, bias)
     return context, weights
 
 
@@ -393,8 +408,8 @@ class AttentionSteps:
     v_heads : (B, Hkv, S, Dh)
     scores : (B, H, T, S)   raw ``q_heads @ k_heads^T``
     scaled : (B, H, T, S)   ``scores / sqrt(Dh)``
-    masked : (B, H, T, S)   ``scaled`` with ``-inf`` where the mask blocks (same as
-                            ``scaled`` if there is no mask)
+    masked : (B, H, T, S)   ``scaled`` plus the bias, with ``-inf`` where the mask
+                            blocks (same as ``scaled`` with neither)
     weights : (B, H, T, S)  softmax over S; zero rows where nothing is allowed
     context : (B, H, T, Dh) ``weights @ v_heads``, one result per head
     merged : (B, T, D)      heads concatenated again
@@ -494,6 +509,7 @@ def multi_head_attention_steps(
     num_heads: int,
     mask: Any | None = None,
     cache: KVCache | None = None,
+    bias: Any | None = None,
 ) -> AttentionSteps:
     """Multi-head attention, returning every intermediate (see :class:`AttentionSteps`).
 
@@ -517,6 +533,10 @@ def multi_head_attention_steps(
         The key and value heads of earlier positions. The heads of ``key`` and
         ``value`` are appended to it, and the queries attend to all of them (with a
         ``window``, to the last ``window - 1`` cached ones and the new ones).
+    bias : float array_like, optional
+        Added to the scaled scores of every head before the softmax, broadcastable to
+        ``(B, H, T, S)`` like ``mask``: ALiBi's ``mha.alibi_bias(H, T, num_keys=S)``
+        ``(H, T, S)``. See :func:`scaled_dot_product_attention`.
 
     Grouped-query attention comes from ``params``: when ``W_k`` and ``W_v`` project to
     ``Dkv = num_kv_heads * head_dim`` features, query head ``h`` uses key/value head
@@ -571,6 +591,8 @@ def multi_head_attention_steps(
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, (batch, num_heads, target_len, source_len))
+    if bias is not None:
+        bias = as_bias(bias, (batch, num_heads, target_len, source_len))
 
     # 1. One linear layer per role; all heads at once (the split is only logical).
     q = _linear(query, params.W_q, params.b_q)  # (B, T, D) @ (D, D) -> (B, T, D)
@@ -587,7 +609,9 @@ def multi_head_attention_steps(
     group = num_heads // num_kv_heads
     k_shared = np.repeat(k_heads, group, axis=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
     v_shared = np.repeat(v_heads, group, axis=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
-    scores, scaled, masked, weights, context = _attention_core(q_heads, k_shared, v_shared, mask)
+    scores, scaled, masked, weights, context = _attention_core(
+        q_heads, k_shared, v_shared, mask, bias
+    )
     # 4. Concatenate the heads and mix them with the output projection.
     merged = merge_heads(context)  # (B, H, T, Dh) -> (B, T, D)
     output = _linear(merged, params.W_o, params.b_o)  # (B, T, D) @ (D, D) -> (B, T, D)
@@ -616,6 +640,7 @@ def multi_head_attention(
     num_heads: int,
     mask: Any | None = None,
     cache: KVCache | None = None,
+    bias: Any | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
 
@@ -629,5 +654,5 @@ def multi_head_attention(
     weights : np.ndarray, shape (B, H, T, S)
         Per-head attention weights (not averaged over heads).
     """
-    steps = multi_head_attention_steps(query, key, value, params, num_heads, mask, cache)
+    steps = multi_head_attention_steps(query, key, value, params, num_heads, mask, cache, bias)
     return steps.output, steps.weights

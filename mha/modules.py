@@ -3,8 +3,10 @@
 :class:`MultiHeadAttention` computes what :func:`mha.multi_head_attention` specifies,
 with autograd and PyTorch's fused kernels. It does not import the specification: the
 tests (through :mod:`mha.convert`) prove the two equal, and equal to PyTorch's own
-``nn.MultiheadAttention``. The encoder and decoder layers built from it live in
-:mod:`mha.transformer`.
+``nn.MultiheadAttention``. Positions inside attention come with it, as torch twins of
+the specification's functions: :func:`apply_rope` (RoPE, for ``rope_positions=``) and
+:func:`alibi_slopes` / :func:`alibi_bias` (ALiBi, for the additive ``bias=``). The
+encoder and decoder layers built from it live in :mod:`mha.transformer`.
 
 Shape legend: B batch, H heads, T target (query) length, S source (key) length,
 D d_model, Dh head_dim = D / H.
@@ -27,13 +29,16 @@ its answer for a row with nothing to attend to depends on the path it takes (tor
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha._checks import check_positive_int
 
-__all__ = ["KVCache", "MultiHeadAttention"]
+__all__ = ["KVCache", "MultiHeadAttention", "alibi_bias", "alibi_slopes", "apply_rope"]
 
 
 class KVCache:
@@ -245,6 +250,58 @@ class MultiHeadAttention(nn.Module):
                 f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
             )
 
+    def _check_bias_and_rope(
+        self,
+        query: Tensor,
+        key: Tensor,
+        cached: int,
+        reuse: bool,
+        bias: Tensor | None,
+        rope_positions: Tensor | None,
+    ) -> Tensor | None:
+        """Validate the position inputs before anything is computed or cached; return
+        the bias in the weights' dtype (a float64 bias would otherwise turn float32
+        scores into float64)."""
+        if rope_positions is not None and (reuse or key.shape[1] != query.shape[1]):
+            raise ValueError(
+                "rope_positions are the positions of the queries and of the new keys, so "
+                f"they need self-attention: got query {tuple(query.shape)}, key "
+                f"{tuple(key.shape)}{' and a filled fixed cache' if reuse else ''}"
+            )
+        if rope_positions is not None and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"rope_positions need an even head_dim (RoPE rotates pairs of dimensions), "
+                f"got head_dim={self.head_dim} (d_model={self.d_model}, "
+                f"num_heads={self.num_heads})"
+            )
+        if bias is None:
+            return None
+        if not isinstance(bias, Tensor) or not bias.dtype.is_floating_point:
+            kind = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
+            raise ValueError(
+                f"bias must be a float tensor (added to the scaled scores), got {kind}; "
+                "a bool mask goes in mask="
+            )
+        B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
+        target = (B, self.num_heads, T, S)
+        ok = 2 <= bias.ndim <= 4  # the same rule as for the mask
+        if ok:
+            try:
+                ok = torch.broadcast_shapes(bias.shape, target) == target
+            except RuntimeError:
+                ok = False
+        if not ok:
+            raise ValueError(
+                f"bias of shape {tuple(bias.shape)} does not broadcast to (B, H, T, S) = "
+                f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
+            )
+        if not bool(torch.isfinite(bias).all()):
+            raise ValueError(
+                f"bias (shape {tuple(bias.shape)}) must be finite: block keys with the "
+                "bool mask, not with -inf"
+            )
+        return bias.to(self.W_q.weight.dtype)
+
     # ------------------------------------------------------------------- forward
 
     def forward(
@@ -255,6 +312,8 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         need_weights: bool = True,
         cache: KVCache | None = None,
+        bias: Tensor | None = None,
+        rope_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -267,6 +326,17 @@ class MultiHeadAttention(nn.Module):
         mask : Tensor, optional
             bool, True = may attend, broadcastable to ``(B, H, T, S)`` — e.g. ``(T, S)``
             causal, ``(B, 1, 1, S)`` key padding, ``(B, 1, T, S)`` both.
+        bias : Tensor, optional
+            float, finite, broadcastable to ``(B, H, T, S)`` like ``mask``: added to the
+            scaled scores before the softmax (ALiBi's :func:`alibi_bias` ``(H, T, S)``).
+            Beside the mask, not instead of it: a blocked key stays blocked, and a row
+            with nothing to attend to keeps zero weights.
+        rope_positions : Tensor, optional
+            RoPE (:func:`apply_rope`): the integer positions ``(T,)`` (or broadcastable
+            to ``(B, H, T)``) of the queries, which are also those of the new keys, so
+            self-attention only. The query heads and the new key heads are rotated
+            after the projection, and the keys *before* they are cached: a cache holds
+            rotated keys, and each new query is rotated at its own absolute position.
         need_weights : bool
             True: the explicit path, which computes and returns the weights. False:
             the fast path, ``F.scaled_dot_product_attention``, which never builds the
@@ -304,13 +374,18 @@ class MultiHeadAttention(nn.Module):
                 "a mask: without one the first would see the later ones; pass "
                 f"mha.sliding_window_mask({T}, {cache.window}, num_keys={S})"
             )
+        bias = self._check_bias_and_rope(query, key, cached, reuse, bias, rope_positions)
         # 1. Project, all heads at once (one matmul each), 2. split the heads.
         q = self._split_heads(self.W_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
+        if rope_positions is not None:  # the angle of each query's own position
+            q = apply_rope(q, rope_positions)  # (B, H, T, Dh)
         if reuse:  # cross-attention: the encoder memory was projected at the first step
             k, v = cache.k, cache.v  # (B, Hkv, S, Dh)
         else:
             k = self._split_heads(self.W_k(key), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
             v = self._split_heads(self.W_v(value), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
+            if rope_positions is not None:  # rotated once, before caching
+                k = apply_rope(k, rope_positions)  # (B, Hkv, S, Dh)
             if cache is not None:
                 k, v = cache.append(k, v)  # the earlier positions first: (B, Hkv, S_all, Dh)
 
@@ -320,10 +395,10 @@ class MultiHeadAttention(nn.Module):
 
         # 3-5. Scale, mask, softmax, weigh the values: explicitly, or in one fused call.
         if need_weights or not _all_finite(q, k):
-            context, weights = self._attend_explicit(q, k, v, mask, empty)
+            context, weights = self._attend_explicit(q, k, v, mask, empty, bias)
             weights = weights if need_weights else None
         else:
-            context, weights = self._attend_fused(q, k, v, mask, empty), None
+            context, weights = self._attend_fused(q, k, v, mask, empty, bias), None
 
         # 6. Merge the heads back side by side, then mix them with W_o.
         output = self.W_o(self._merge_heads(context))  # (B, H, T, Dh) -> (B, T, D)
@@ -340,7 +415,13 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(B, L, self.d_model)  # (B, H, L, Dh) -> (B, L, D)
 
     def _attend_explicit(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, empty: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        empty: Tensor | None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """``softmax(q k^T / sqrt(Dh)) v`` step by step; returns (context, weights)."""
         # Grouped-query attention: each group of H / Hkv query heads reads one shared
@@ -352,6 +433,8 @@ class MultiHeadAttention(nn.Module):
         # 3. Scores, scaled by 1/sqrt(Dh): scaling q (T*Dh numbers) instead of the
         #    scores (T*S numbers) is the same product and a cheaper pass.
         scores = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)  # (B,H,T,Dh) @ (B,H,Dh,S)
+        if bias is not None:  # ALiBi: shift the scaled scores, before the mask
+            scores.add_(bias)  # (B, H, T, S) + (..., T, S)
         # 4. Blocked positions get -inf, so the softmax gives them exactly 0. In place:
         #    `scores` is a fresh tensor, and the matmul's backward does not need it.
         if mask is not None:
@@ -370,12 +453,21 @@ class MultiHeadAttention(nn.Module):
         return context, weights
 
     def _attend_fused(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, empty: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        empty: Tensor | None,
+        bias: Tensor | None = None,
     ) -> Tensor:
         """Steps 3-5 in one call: PyTorch picks a kernel that never builds (B, H, T, S)."""
         dropout_p = self.dropout if self.training else 0.0
+        attn_mask = mask
+        if bias is not None:  # SDPA takes one float attn_mask: the bias, -inf where blocked
+            attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
         context = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p,
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
             enable_gqa=self.num_kv_heads != self.num_heads,
         )  # (B, H, T, Dh)
         # Some SDPA kernels give NaN for an empty row: the rule above, applied here too.
@@ -393,3 +485,120 @@ def _all_finite(*tensors: Tensor) -> bool:
     """Whether no tensor holds NaN or inf. The fused kernel is not trusted with them:
     for a query row holding NaN, torch 2.13's CPU kernel returns zeros, not NaN."""
     return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+# ------------------------------------------------------------ positions in attention
+# The torch twins of mha.apply_rope, mha.alibi_slopes and mha.alibi_bias (written
+# again here, not imported: the tests compare the two).
+
+
+def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding: turn pair ``(2i, 2i + 1)`` of the vector at position
+    ``m`` by the angle ``m * base^(-2i / Dh)``.
+
+    The same function as ``mha.apply_rope`` (adjacent pairs, as in the RoFormer paper;
+    see there for the other convention), on tensors and with autograd.
+
+    Parameters
+    ----------
+    x : Tensor
+        ``(..., L, Dh)`` float, ``Dh`` even: query or key heads, e.g. ``(B, H, L, Dh)``.
+    positions : Tensor
+        Integer, ``(L,)`` or broadcastable to ``x``'s ``(..., L)`` without enlarging it.
+    base : float
+        Positive; 10000 in the paper.
+
+    Returns
+    -------
+    Tensor
+        Same shape and dtype as ``x``; the angles are computed in float64.
+    """
+    if not isinstance(x, Tensor) or not x.dtype.is_floating_point or x.ndim < 2:
+        kind = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a float tensor (..., L, Dh), got {kind}")
+    head_dim = x.shape[-1]
+    if head_dim % 2 != 0:
+        raise ValueError(
+            f"x's last dim Dh must be even (RoPE rotates pairs of dimensions), got shape "
+            f"{tuple(x.shape)}"
+        )
+    if not isinstance(positions, Tensor) or positions.dtype.is_floating_point or (
+        positions.dtype.is_complex or positions.dtype == torch.bool
+    ):
+        kind = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be an integer tensor, got {kind}")
+    lead = tuple(x.shape[:-1])
+    if not 1 <= positions.ndim <= len(lead) or any(
+        got not in (1, want)
+        for got, want in zip(positions.shape[::-1], lead[::-1], strict=False)
+    ):
+        raise ValueError(
+            f"positions of shape {tuple(positions.shape)} does not broadcast to x's "
+            f"(..., L) = {lead}: it needs the L dim, and every dim must be 1 or match"
+        )
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not 0 < base < math.inf:
+        raise ValueError(f"base must be a positive finite number, got {base!r}")
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=x.device)  # (Dh/2,)
+    frequencies = torch.exp(two_i * (-math.log(base) / head_dim))  # base^(-2i/Dh)
+    angles = positions.to(torch.float64)[..., None] * frequencies  # (..., L, Dh/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, Dh/2): first and second of each pair
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2)  # (..., L, Dh/2, 2) -> (..., L, Dh)
+
+
+def alibi_slopes(
+    num_heads: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> Tensor:
+    """ALiBi's slope per head, as ``mha.alibi_slopes``: ``2^(-8k/H)``, ``k = 1..H``, for
+    ``H`` a power of two; otherwise those of the largest power of two ``p < H``, then
+    ``2^(-4k/p)`` for odd ``k = 1, 3, ...`` until there are ``H``.
+
+    Returns
+    -------
+    Tensor
+        ``(H,)`` in ``dtype`` (default: torch's default dtype).
+    """
+    num_heads = check_positive_int(num_heads, "num_heads")
+    power = 1 << (num_heads.bit_length() - 1)  # largest power of two <= H
+    k = torch.arange(1, power + 1, dtype=torch.float64)
+    slopes = torch.pow(2.0, -8.0 * k / power)  # (p,)
+    odd = 2 * torch.arange(num_heads - power, dtype=torch.float64) + 1  # (H - p,) 1, 3, ...
+    slopes = torch.cat([slopes, torch.pow(2.0, -4.0 * odd / power)])  # (H,)
+    return slopes.to(dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+def alibi_bias(
+    num_heads: int,
+    size: int,
+    num_keys: int | None = None,
+    causal: bool = True,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """ALiBi's additive bias ``-slope_h * distance``, as ``mha.alibi_bias``.
+
+    The queries are the last ``size = T`` of ``num_keys = S`` positions. ``causal``:
+    ``distance = i - j`` for keys up to the query and 0 for keys after it (the causal
+    mask blocks those); otherwise ``|i - j|``.
+
+    Returns
+    -------
+    Tensor
+        ``(H, T, S)``, ``<= 0``, for the ``bias`` of :meth:`MultiHeadAttention.forward`.
+    """
+    size = check_positive_int(size, "size")
+    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
+    if num_keys < size:
+        raise ValueError(
+            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
+            "last of the key positions"
+        )
+    slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
+    queries = torch.arange(num_keys - size, num_keys, device=device)  # (T,)
+    keys = torch.arange(num_keys, device=device)  # (S,)
+    offset = keys[None, :] - queries[:, None]  # (1, S) - (T, 1) -> (T, S): j - i
+    offset = offset.clamp(max=0) if causal else -offset.abs()  # integers: never -0
+    bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S)
+    return bias.to(dtype or torch.get_default_dtype())

@@ -2,11 +2,12 @@
 :class:`mha.modules.MultiHeadAttention`.
 
 Feed-forward network, encoder and decoder layers (post-norm as in the paper, or
-pre-norm), and the whole model with embeddings, the sinusoidal positional encoding
-(read from :mod:`mha.positional`: it is data, not the attention under test) and the
-output layer. The tests check the layers against PyTorch's
-``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` / ``nn.Transformer``
-with copied weights (see :mod:`mha.convert`).
+pre-norm), and the whole model with embeddings, the positions (the paper's sinusoidal
+encoding, read from :mod:`mha.positional`: it is data, not the attention under test;
+or RoPE or ALiBi inside self-attention, from :mod:`mha.modules`) and the output layer.
+The tests check the layers against PyTorch's ``nn.TransformerEncoderLayer`` /
+``nn.TransformerDecoderLayer`` / ``nn.Transformer`` with copied weights (see
+:mod:`mha.convert`).
 
 Shape legend: B batch, H heads, T target length, S source length, D d_model,
 V vocabulary size. Masks: boolean, ``True`` = may attend.
@@ -22,10 +23,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha._checks import check_non_negative_int, check_positive_int
-from mha.modules import KVCache, MultiHeadAttention
+from mha.modules import KVCache, MultiHeadAttention, alibi_bias
 from mha.positional import sinusoidal_positional_encoding
 
 __all__ = [
+    "POSITIONS",
     "AttentionMaps",
     "DecoderLayer",
     "EncoderLayer",
@@ -35,6 +37,9 @@ __all__ = [
     "target_mask",
 ]
 
+
+#: The position schemes a :class:`Transformer` can use (its ``positions`` argument).
+POSITIONS = ("sinusoidal", "rope", "alibi")
 
 # --------------------------------------------------------------------------- masks
 # Torch versions of mha.masks for token-id batches, so a model builds its masks on the
@@ -167,7 +172,12 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+        rope_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Encode ``x``.
 
@@ -180,6 +190,9 @@ class EncoderLayer(nn.Module):
             padding ``(B, 1, 1, S)``).
         need_weights : bool
             Return the self-attention weights ``(B, H, S, S)``.
+        bias, rope_positions : Tensor, optional
+            Positions inside the self-attention (ALiBi's bias ``(H, S, S)``, RoPE's
+            positions ``(S,)``): see :meth:`MultiHeadAttention.forward`.
 
         Returns
         -------
@@ -189,11 +202,15 @@ class EncoderLayer(nn.Module):
         """
         if self.norm_first:
             h = self.norm1(x)
-            attended, weights = self.self_attn(h, h, h, mask, need_weights)
+            attended, weights = self.self_attn(
+                h, h, h, mask, need_weights, bias=bias, rope_positions=rope_positions
+            )
             x = x + self.dropout1(attended)
             x = x + self.dropout2(self.feed_forward(self.norm2(x)))
         else:
-            attended, weights = self.self_attn(x, x, x, mask, need_weights)
+            attended, weights = self.self_attn(
+                x, x, x, mask, need_weights, bias=bias, rope_positions=rope_positions
+            )
             x = self.norm1(x + self.dropout1(attended))
             x = self.norm2(x + self.dropout2(self.feed_forward(x)))
         return x, weights
@@ -237,6 +254,8 @@ class DecoderLayer(nn.Module):
         cross_mask: Tensor | None = None,
         need_weights: bool = False,
         cache: tuple[KVCache, KVCache] | None = None,
+        self_bias: Tensor | None = None,
+        rope_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Decode ``x`` while attending to ``memory``.
 
@@ -255,6 +274,10 @@ class DecoderLayer(nn.Module):
         cache : (KVCache, KVCache), optional
             The self-attention cache of the earlier positions, and the (fixed) cache
             of the projected memory; ``x`` then holds the new positions only.
+        self_bias, rope_positions : Tensor, optional
+            Positions inside the self-attention only (ALiBi's causal bias ``(H, T,
+            S)``, RoPE's positions ``(T,)`` of the new positions): see
+            :meth:`MultiHeadAttention.forward`. Cross-attention gets neither.
 
         Returns
         -------
@@ -266,9 +289,12 @@ class DecoderLayer(nn.Module):
             ``(B, H, T, S)``.
         """
         self_cache, cross_cache = (None, None) if cache is None else cache
+        positions = {"bias": self_bias, "rope_positions": rope_positions}
         if self.norm_first:
             h = self.norm1(x)
-            attended, self_weights = self.self_attn(h, h, h, self_mask, need_weights, self_cache)
+            attended, self_weights = self.self_attn(
+                h, h, h, self_mask, need_weights, self_cache, **positions
+            )
             x = x + self.dropout1(attended)
             h = self.norm2(x)
             attended, cross_weights = self.cross_attn(
@@ -277,7 +303,9 @@ class DecoderLayer(nn.Module):
             x = x + self.dropout2(attended)
             x = x + self.dropout3(self.feed_forward(self.norm3(x)))
         else:
-            attended, self_weights = self.self_attn(x, x, x, self_mask, need_weights, self_cache)
+            attended, self_weights = self.self_attn(
+                x, x, x, self_mask, need_weights, self_cache, **positions
+            )
             x = self.norm1(x + self.dropout1(attended))
             attended, cross_weights = self.cross_attn(
                 x, memory, memory, cross_mask, need_weights, cross_cache
@@ -330,6 +358,16 @@ class Transformer(nn.Module):
         Pre-norm layers (plus a final LayerNorm after each stack).
     layer_norm_eps : float
         LayerNorm epsilon.
+    positions : str
+        Where the model learns the order of the tokens, one of :data:`POSITIONS`:
+        ``"sinusoidal"`` (the paper: a fixed table added to the embeddings),
+        ``"rope"`` (RoPE: the queries and keys of every self-attention rotated by their
+        positions, :func:`mha.modules.apply_rope`; needs an even head_dim) or
+        ``"alibi"`` (ALiBi: ``-slope * distance`` added to the self-attention scores,
+        :func:`mha.modules.alibi_bias`, symmetric in the encoder and causal in the
+        decoder). With RoPE and ALiBi no table is added to the embeddings, and the
+        cross-attention gets no position information (its queries and keys come from
+        two different sequences).
 
     Attributes
     ----------
@@ -360,6 +398,7 @@ class Transformer(nn.Module):
         pad_id: int = 0,
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
+        positions: str = "sinusoidal",
     ):
         super().__init__()
         # Refuse floats and bools (True would silently mean one layer, or a vocabulary
@@ -373,6 +412,14 @@ class Transformer(nn.Module):
         d_ff = check_positive_int(d_ff, "d_ff")
         max_len = check_positive_int(max_len, "max_len")
         pad_id = check_non_negative_int(pad_id, "pad_id")
+        if not isinstance(positions, str) or positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if positions == "rope" and d_model % num_heads == 0 and d_model // num_heads % 2:
+            raise ValueError(
+                f"positions='rope' rotates pairs of dimensions: head_dim = d_model / "
+                f"num_heads = {d_model // num_heads} must be even (d_model={d_model}, "
+                f"num_heads={num_heads})"
+            )
         # The architecture is recorded as given, not read back from the submodules later
         # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
         self.config: dict[str, object] = {
@@ -388,21 +435,24 @@ class Transformer(nn.Module):
             "pad_id": pad_id,
             "norm_first": bool(norm_first),
             "layer_norm_eps": float(layer_norm_eps),
+            "positions": positions,
         }
         self.d_model = d_model
         self.num_heads = num_heads
         self.max_len = max_len
         self.pad_id = pad_id
+        self.positions = positions
         self.src_embedding = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
         for embedding in (self.src_embedding, self.tgt_embedding):
             nn.init.normal_(embedding.weight, mean=0.0, std=d_model**-0.5)
         # A function of (max_len, d_model) only: a buffer (moves with .to()), not a
-        # parameter, and not saved in checkpoints.
-        encoding = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
-        self.register_buffer(
-            "positional_encoding", encoding.to(torch.get_default_dtype()), persistent=False
-        )
+        # parameter, and not saved in checkpoints. None with RoPE or ALiBi.
+        encoding = None
+        if positions == "sinusoidal":
+            table = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
+            encoding = table.to(torch.get_default_dtype())
+        self.register_buffer("positional_encoding", encoding, persistent=False)
         self.embedding_dropout = nn.Dropout(dropout)
         layer_args = (d_model, num_heads, d_ff, dropout, norm_first, layer_norm_eps)
         self.encoder_layers = nn.ModuleList(
@@ -433,8 +483,25 @@ class Transformer(nn.Module):
             )
         # (B, L) -> (B, L, D), plus (L, D) broadcast over the batch
         x = embedding(tokens[:, start:]) * math.sqrt(self.d_model)
-        x = x + self.positional_encoding[start:length]
+        if self.positional_encoding is not None:  # RoPE and ALiBi act in attention
+            x = x + self.positional_encoding[start:length]
         return self.embedding_dropout(x)
+
+    def _self_attention_positions(
+        self, size: int, num_keys: int, causal: bool, x: Tensor
+    ) -> dict[str, Tensor | None]:
+        """The position inputs of a self-attention whose queries are the last ``size``
+        of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's positions
+        ``(T,)`` (absolute, so a cached decoder rotates each new query at its place);
+        nothing for the sinusoidal table, which is already in ``x``."""
+        bias = rope = None
+        if self.positions == "alibi" and size > 0:  # no new position: nothing to bias
+            bias = alibi_bias(
+                self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
+            )  # (H, T, S)
+        elif self.positions == "rope":
+            rope = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
+        return {"bias": bias, "rope_positions": rope}
 
     def new_cache(self) -> list[tuple[KVCache, KVCache]]:
         """Empty caches for :meth:`decode`: per decoder layer, one for the growing
@@ -460,9 +527,11 @@ class Transformer(nn.Module):
         """
         x = self._embed(src, self.src_embedding, "src")
         mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
+        size = src.shape[1]
+        positions = self._self_attention_positions(size, size, causal=False, x=x)
         enc_weights = []
         for layer in self.encoder_layers:
-            x, weights = layer(x, mask, need_weights)
+            x, weights = layer(x, mask, need_weights, **positions)
             if need_weights:
                 enc_weights.append(weights)
         return self.encoder_norm(x), enc_weights
@@ -519,10 +588,16 @@ class Transformer(nn.Module):
         x = self._embed(tgt_in, self.tgt_embedding, "tgt_in", start)
         self_mask = target_mask(tgt_in, self.pad_id)[:, :, start:]  # (B, 1, T - L, T)
         cross_mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
+        size = tgt_in.shape[1]
+        # The new positions start..size-1 attend to all of 0..size-1.
+        positions = self._self_attention_positions(size - start, size, causal=True, x=x)
         self_weights, cross_weights = [], []
         caches = cache if cache is not None else [None] * len(self.decoder_layers)
         for layer, layer_cache in zip(self.decoder_layers, caches, strict=True):
-            x, sw, cw = layer(x, memory, self_mask, cross_mask, need_weights, layer_cache)
+            x, sw, cw = layer(
+                x, memory, self_mask, cross_mask, need_weights, layer_cache,
+                self_bias=positions["bias"], rope_positions=positions["rope_positions"],
+            )
             if need_weights:
                 self_weights.append(sw)
                 cross_weights.append(cw)

@@ -337,6 +337,97 @@ def test_multi_head_attention_figure_rejects_bad_input():
         draw.multi_head_attention_figure(x, params, 4)
 
 
+# --- inference: the KV cache and shared key/value heads ----------------------------------
+
+
+def test_kv_cache_figure_grows_the_cache_one_column_per_step():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(1, 4, 8))
+    params = mha.AttentionParams.init(8, seed=2, kv_dim=4)  # 4 query heads, 2 kv heads
+    tokens = ["<bos>", "a", "b", "c"]
+    fig = draw.kv_cache_figure(x, params, 4, head=3, tokens=tokens)
+    full = mha.multi_head_attention_steps(x, x, x, params, 4, mask=mha.causal_mask(4))
+    axes = grid_axes(fig)
+    assert len(axes) == 4 * 4  # q, K^T, weights, V per step
+    for t in range(4):
+        q_ax, k_ax, w_ax, v_ax = axes[4 * t: 4 * t + 4]
+        assert [ax.get_title() for ax in (q_ax, k_ax, w_ax, v_ax)] == [
+            "q_3", "cached K^T", "weights", "cached V"]
+        # K^T is (Dh, t + 1): the newest key (of kv head 3 // 2 = 1) coloured, the rest grey.
+        fk = faces(k_ax, (2, t + 1))
+        assert np.allclose(fk[:, t], draw.head_fill(3))
+        assert np.allclose(fk[:, :t], to_rgba("#EEEEEE"))
+        assert ticks(k_ax.get_xticklabels()) == tokens[: t + 1]
+        assert faces(v_ax, (t + 1, 2)).shape == (t + 1, 2, 4)
+        # The weights written in are row t of one causal pass, head 3.
+        assert texts(w_ax) == fmt(full.weights[0, 3, t, : t + 1])
+    assert "'c' arrives" in " ".join(fig_texts(fig))
+    assert fig.get_size_inches()[0] <= MAX_WIDTH
+
+
+def test_kv_cache_figure_with_a_window_keeps_the_last_positions_only():
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(1, 5, 8))
+    params = mha.AttentionParams.init(8, seed=2)
+    tokens = ["a", "b", "c", "d", "e"]
+    fig = draw.kv_cache_figure(x, params, 4, head=0, tokens=tokens, window=2)
+    band = mha.multi_head_attention_steps(x, x, x, params, 4,
+                                          mask=mha.sliding_window_mask(5, 2))
+    axes = grid_axes(fig)
+    for t in range(5):
+        _, k_ax, w_ax, v_ax = axes[4 * t: 4 * t + 4]
+        first = max(0, t - 1)
+        assert ticks(k_ax.get_xticklabels()) == tokens[first: t + 1]
+        assert texts(w_ax) == fmt(band.weights[0, 0, t, first: t + 1])
+        assert faces(v_ax, (t + 1 - first, 2)).shape == (t + 1 - first, 2, 4)
+    captions = " ".join(fig_texts(fig))
+    assert "holds 2, 'c' dropped" in captions and "'e' dropped" not in captions
+    assert "at most 2 columns" in draw.alt_text(fig)
+
+
+def test_kv_cache_figure_rejects_bad_input():
+    params = mha.AttentionParams.init(8, kv_dim=4)
+    with pytest.raises(ValueError, match=r"one sequence, shape \(1, T, D\)"):
+        draw.kv_cache_figure(np.zeros((2, 3, 8)), params, 4)
+    with pytest.raises(ValueError, match="head must be an int in"):
+        draw.kv_cache_figure(np.zeros((1, 3, 8)), params, 4, head=4)
+    with pytest.raises(ValueError, match="tokens has 2 labels"):
+        draw.kv_cache_figure(np.zeros((1, 3, 8)), params, 4, tokens=["a", "b"])
+    with pytest.raises(ValueError, match="num_heads"):
+        draw.kv_cache_figure(np.zeros((1, 3, 8)), params, 3)
+
+
+@pytest.mark.parametrize(("num_kv_heads", "kind"), [(4, "multi-head"), (2, "grouped-query"),
+                                                    (1, "multi-query")])
+def test_grouped_heads_figure_colours_query_heads_by_their_kv_head(num_kv_heads, kind):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(1, 3, 8))
+    params = mha.AttentionParams.init(8, seed=4, kv_dim=2 * num_kv_heads)
+    fig = draw.grouped_heads_figure(x, params, 4, tokens=["a", "b", "c"])
+    steps = mha.multi_head_attention_steps(x, x, x, params, 4, mask=mha.causal_mask(3))
+    group = 4 // num_kv_heads
+    axes = {ax.get_title(): ax for ax in grid_axes(fig)}
+    expected = {f"K_{g}" for g in range(num_kv_heads)} | {f"V_{g}" for g in range(num_kv_heads)}
+    expected |= {f"Q_{h} → K_{h // group}" for h in range(4)}
+    expected |= {f"weights_{h}" for h in range(4)}
+    assert set(axes) == expected
+    for h in range(4):
+        g = h // group
+        assert np.allclose(faces(axes[f"Q_{h} → K_{g}"], (3, 2)), draw.head_fill(g))
+        shade = draw.head_cmap(g)(steps.weights[0, h])
+        assert np.allclose(faces(axes[f"weights_{h}"], (3, 3)), shade)
+    assert kind in " ".join(fig_texts(fig))
+    assert f"{num_kv_heads} key/value heads" in draw.alt_text(fig)
+
+
+def test_grouped_heads_figure_rejects_bad_input():
+    params = mha.AttentionParams.init(8, kv_dim=4)
+    with pytest.raises(ValueError, match=r"one sequence"):
+        draw.grouped_heads_figure(np.zeros((2, 3, 8)), params, 4)
+    with pytest.raises(ValueError, match="num_kv_heads|num_heads"):
+        draw.grouped_heads_figure(np.zeros((1, 3, 8)), params, 3)
+
+
 # --- one head's pipeline -----------------------------------------------------------------
 
 
@@ -686,6 +777,9 @@ def _builders(t: int = 3, d: int = 6) -> dict[str, Callable[[], Figure]]:
                                                     key_tokens=tgt),
         "grid": lambda: draw.attention_grid([steps.weights] * 2),
         "transformer": draw.transformer_figure,
+        "kv_cache": lambda: draw.kv_cache_figure(x, params, 2, tokens=src),
+        "grouped": lambda: draw.grouped_heads_figure(
+            x, mha.AttentionParams.init(d, seed=0, kv_dim=d // 2), 2, tokens=src),
         "curves": lambda: draw.curves_figure([
             draw.CurvePanel([draw.Series(np.arange(1, t + 1), x[0, :, 0], "x", marker="o"),
                              draw.Series(np.arange(1, t + 1), x[0, :, 1], "lr",

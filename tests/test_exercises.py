@@ -32,7 +32,8 @@ def run(capsys: pytest.CaptureFixture[str], name: str, candidate: Callable) -> t
     """Check ``candidate``; return the verdict and the printed text, whitespace-normalised
     (the report is wrapped for the book's code boxes)."""
     verdict = exercises.check(name, candidate)
-    return verdict, " ".join(capsys.readouterr().out.split())
+    assert isinstance(verdict, exercises.Verdict)
+    return bool(verdict), " ".join(capsys.readouterr().out.split())
 
 
 # --------------------------------------------------------------------------- correct variants
@@ -131,6 +132,48 @@ def mha_per_head(query, key, value, params, num_heads, mask=None):
     return output, np.stack(weights, axis=1)
 
 
+def window_loops(size, window, num_keys=None):
+    keys = size if num_keys is None else num_keys
+    rows = [[0 <= (keys - size + t) - s < window for s in range(keys)] for t in range(size)]
+    return np.array(rows, dtype=bool)
+
+
+def window_shifted(shift=0, absolute=False, top_left=False, square=False):
+    def candidate(size, window, num_keys=None):
+        keys = size if num_keys is None or square else num_keys
+        start = 0 if top_left else keys - size
+        rows = []
+        for t in range(size):
+            gaps = [(start + t) - s for s in range(keys)]
+            gaps = [abs(g) for g in gaps] if absolute else gaps
+            rows.append([0 <= g < window + shift for g in gaps])
+        return np.array(rows, dtype=bool)
+
+    return candidate
+
+
+def kv_bytes_plain(num_layers, num_kv_heads, head_dim, context_length, *, batch_size=1,
+                   bytes_per_value=2, window=None):
+    positions = context_length if window is None else min(context_length, window)
+    per_position = 2 * num_layers * num_kv_heads * head_dim  # a key and a value
+    return per_position * positions * batch_size * bytes_per_value
+
+
+def kv_bytes_variant(keys_only=False, window_rule=min, batch=True, fixed_bytes=False,
+                     bits=False):
+    def candidate(num_layers, num_kv_heads, head_dim, context_length, *, batch_size=1,
+                  bytes_per_value=2, window=None):
+        positions = context_length
+        if window is not None and window_rule is not None:
+            positions = window_rule(context_length, window)
+        size = (1 if keys_only else 2) * num_layers * num_kv_heads * head_dim * positions
+        size *= batch_size if batch else 1
+        size *= 2 if fixed_bytes else bytes_per_value
+        return size * 8 if bits else size
+
+    return candidate
+
+
 CORRECT = [
     ("softmax", mha.softmax),
     ("softmax", softmax_loops),
@@ -148,6 +191,10 @@ CORRECT = [
     ("padding_mask", padding_loops),
     ("multi_head_attention", mha.multi_head_attention),
     ("multi_head_attention", mha_per_head),
+    ("sliding_window_mask", mha.sliding_window_mask),
+    ("sliding_window_mask", window_loops),
+    ("kv_cache_bytes", mha.kv_cache_bytes),
+    ("kv_cache_bytes", kv_bytes_plain),
 ]
 
 
@@ -537,6 +584,27 @@ MHA = {
     "swapped": (mha_swapped, "wrong order: (weights, output)"),
 }
 
+WINDOW = {
+    "wide": (window_shifted(shift=1), "window + 1 positions"),
+    "narrow": (window_shifted(shift=-1), "sees window - 1 positions"),
+    "symmetric": (window_shifted(absolute=True), "Not causal"),
+    "top left": (window_shifted(top_left=True), "Aligned to the top left"),
+    "square": (window_shifted(square=True), "num_keys is ignored"),
+    "inverted": (lambda size, window, num_keys=None: ~window_loops(size, window, num_keys),
+                 "An inverted mask"),
+    "float": (lambda size, window, num_keys=None: window_loops(size, window, num_keys) * 1.0,
+              "not a boolean array"),
+}
+
+KV_BYTES = {
+    "keys only": (kv_bytes_variant(keys_only=True), "only the keys are counted"),
+    "no window": (kv_bytes_variant(window_rule=None), "The window is ignored"),
+    "max": (kv_bytes_variant(window_rule=max), "max instead of min"),
+    "no batch": (kv_bytes_variant(batch=False), "batch_size is ignored"),
+    "2 bytes": (kv_bytes_variant(fixed_bytes=True), "bytes_per_value is ignored"),
+    "bits": (kv_bytes_variant(bits=True), "Bits, not bytes"),
+}
+
 MISTAKES = {
     "softmax": SOFTMAX,
     "scaled_dot_product_attention": SDPA,
@@ -545,6 +613,8 @@ MISTAKES = {
     "causal_mask": CAUSAL,
     "padding_mask": PADDING,
     "multi_head_attention": MHA,
+    "sliding_window_mask": WINDOW,
+    "kv_cache_bytes": KV_BYTES,
 }
 
 
@@ -695,8 +765,10 @@ def test_two_mistakes_name_the_one_seen_first(capsys) -> None:
 # --------------------------------------------------------------------------- the interface
 
 
-def test_names_lists_the_seven_functions() -> None:
+def test_names_lists_the_nine_functions() -> None:
     expected = {
+        "sliding_window_mask",
+        "kv_cache_bytes",
         "softmax",
         "scaled_dot_product_attention",
         "split_heads",
@@ -707,6 +779,20 @@ def test_names_lists_the_seven_functions() -> None:
     }
     assert expected <= set(exercises.names())
     assert all(callable(getattr(mha, name)) for name in exercises.names())
+
+
+def test_the_verdict_is_a_bool_that_a_notebook_does_not_display(capsys) -> None:
+    from IPython.core.formatters import DisplayFormatter
+
+    passed = exercises.check("causal_mask", causal_compare)
+    failed = exercises.check("causal_mask", CAUSAL["inverted"][0])
+    capsys.readouterr()
+    assert passed and not failed
+    assert passed == True and failed == False  # noqa: E712 - the comparison is the test
+    assert repr(passed) == "Verdict(passed=True)"
+    # IPython asks the object to display itself, gets nothing, and shows nothing:
+    assert DisplayFormatter().format(passed) == ({}, {})
+    assert DisplayFormatter().format(True) != ({}, {})  # unlike a plain bool
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:

@@ -218,7 +218,7 @@ def test_translations_with_and_without_the_cache_are_identical():
     translator = tr.load_pretrained()
     corpus = tr.generate_corpus(0, num_train=10000, num_heldout=1000, num_compositional=1000)
     sentences = [list(e.source) for e in corpus.heldout + corpus.compositional]
-    src = translator._encode_sources(sentences)
+    src = translator.source_ids(sentences)
     vocab = translator.tgt_vocab
     with torch.no_grad():
         cached = tr.greedy_decode(translator.model, src, vocab.bos_id, vocab.eos_id)

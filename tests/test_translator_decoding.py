@@ -63,7 +63,7 @@ def test_greedy_decode_stops_at_length_limit():
 
 def test_greedy_decode_pads_rows_after_their_end_token(translator):
     # A short and a long sentence in one batch: the short one's row must end in padding.
-    src = translator._encode_sources(["hello", "the black cats see my old wolves"])
+    src = translator.source_ids(["hello", "the black cats see my old wolves"])
     ids = greedy_decode(translator.model, src, BOS, EOS)
     short = ids[0].tolist()
     end = short.index(EOS)
@@ -141,6 +141,7 @@ NON_DEFAULT_CONFIG = {
     "pad_id": 3,
     "norm_first": True,
     "layer_norm_eps": 1e-6,
+    "positions": "rope",
 }
 
 
@@ -167,6 +168,7 @@ def test_every_constructor_argument_round_trips(tmp_path):
     assert len(layers) == 5 and all(layer.norm_first for layer in layers)
     assert all(layer.dropout1.p == 0.25 for layer in layers)
     assert loaded.pad_id == 3 and loaded.max_len == 17 and loaded.num_heads == 3
+    assert loaded.positions == "rope" and loaded.positional_encoding is None
     assert model.config == NON_DEFAULT_CONFIG and model_config(model) == NON_DEFAULT_CONFIG
     assert read_metadata(path)["model"] == NON_DEFAULT_CONFIG
     assert model_config(loaded) == NON_DEFAULT_CONFIG
@@ -187,6 +189,7 @@ def test_config_is_a_copy_of_the_constructor_arguments():
         "src_vocab_size": 5, "tgt_vocab_size": 6, "d_model": 8, "num_heads": 2,
         "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 64, "dropout": 0.0,
         "max_len": 64, "pad_id": 0, "norm_first": False, "layer_norm_eps": 1e-6,
+        "positions": "sinusoidal",
     }  # fmt: skip
     returned = model_config(model)
     returned["d_model"] = 1000
@@ -218,6 +221,25 @@ def test_checkpoint_with_an_incomplete_or_foreign_config_is_refused(tmp_path, tr
     np.savez_compressed(path, **arrays)
     with pytest.raises(ValueError, match=r"unknown argument\(s\) \['colour'\]"):
         load_checkpoint(path)
+
+
+def test_a_checkpoint_from_before_the_positions_option_loads_as_sinusoidal(tmp_path, translator):
+    """Checkpoints written before ``positions`` existed have no such entry; they all
+    used the sinusoidal table, and load with it: the same model, the same outputs."""
+    path = tmp_path / "old.npz"
+    with np.load(CHECKPOINT, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays["__meta__"]))
+    assert meta["model"].pop("positions") == "sinusoidal"
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez_compressed(path, **arrays)
+    old = load_checkpoint(path)
+    assert old.model.config == translator.model.config
+    assert old.model.config["positions"] == "sinusoidal"
+    src = torch.tensor([[4, 5, 6, 7, 3]])
+    tgt_in = torch.tensor([[1, 8, 9, 10]])
+    with torch.no_grad():
+        assert torch.equal(old.model(src, tgt_in), translator.model(src, tgt_in))
 
 
 def test_not_a_checkpoint_is_refused(tmp_path):

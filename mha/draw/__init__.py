@@ -13,6 +13,7 @@ Import as ``from mha import draw``. Every function returns a
   :func:`padding_mask_figure`
 - weights as heatmaps: :func:`attention_heatmaps`, :func:`attention_grid`
 - the model: :func:`transformer_figure`
+- inference: :func:`kv_cache_figure`, :func:`grouped_heads_figure`
 - FlashAttention: :func:`tiles_figure` (which tiles :func:`mha.flash_attention`
   computed, in which order), :func:`online_softmax_figure` (one row's running max
   and sum, tile by tile)
@@ -25,6 +26,7 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 """
 
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
+from mha.draw.inference import grouped_heads_figure, kv_cache_figure
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
 from mha.draw.module import multi_head_attention_figure
 from mha.draw.pipeline import attention_pipeline_figure
@@ -47,9 +49,11 @@ __all__ = [
     "attention_heatmaps",
     "attention_pipeline_figure",
     "curves_figure",
+    "grouped_heads_figure",
     "head_cmap",
     "head_color",
     "head_fill",
+    "kv_cache_figure",
     "mask_figure",
     "masks_figure",
     "matmul_per_head_figure",

@@ -32,6 +32,7 @@ import numpy as np
 from ._attention import _sdpa_cases, _sdpa_mistakes
 from ._core import _Exercise, _judge
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
+from ._inference import _bytes_cases, _bytes_mistakes, _window_cases, _window_mistakes
 from ._masks import _causal_cases, _causal_mistakes, _padding_cases, _padding_mistakes
 from ._multi_head_attention import _mha_cases, _mha_mistakes
 from ._softmax import _softmax_cases, _softmax_mistakes
@@ -39,10 +40,10 @@ from ._softmax import _softmax_cases, _softmax_mistakes
 # Layout: this file holds the public API and the registry. _core.py runs a candidate,
 # compares it with mha and prints the report; each topic module holds the cases and
 # mistake models of its exercises (_softmax, _attention, _heads, _masks,
-# _multi_head_attention). Like the specification, the package imports only NumPy
+# _multi_head_attention, _inference). Like the specification, the package imports only NumPy
 # and the top-level names of mha (mha.softmax, ...), never torch or matplotlib.
 
-__all__ = ["check", "names"]
+__all__ = ["Verdict", "check", "names"]
 
 _SEED = 14  # fixed: every run sees the same inputs, so a report can be reproduced
 
@@ -108,10 +109,53 @@ _EXERCISES: dict[str, _Exercise] = {
         "Compare each intermediate with mha.multi_head_attention_steps on this input "
         "(q, q_heads, scores, ..., merged, output).",
     ),
+    "sliding_window_mask": _Exercise(
+        _window_cases,
+        ("the mask",),
+        "windows of 1 to 9, a window wider than the sequence, more keys than queries",
+        _window_mistakes(),
+        "Draw the mask for size 5, window 2 by hand: rows are queries, columns keys.",
+        exact=True,
+    ),
+    "kv_cache_bytes": _Exercise(
+        _bytes_cases,
+        ("the size",),
+        "published shapes, batches, float32, windows shorter and longer than the context",
+        _bytes_mistakes(),
+        "Count by hand for 1 layer, 1 head of 1, 1 position: what is stored, how big?",
+    ),
 }
 
 
 # --------------------------------------------------------------------------- public API
+
+
+class Verdict:
+    """What :func:`check` found: true when every case agreed with ``mha``.
+
+    Use it as a bool (``if exercises.check(...)``, ``assert exercises.check(...)``).
+    A notebook shows nothing for it when ``check`` is the last line of a cell: the
+    report is already printed, and a bare ``True`` under it would only repeat it.
+    """
+
+    def __init__(self, passed: bool):
+        self.passed = bool(passed)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Verdict | bool):
+            return self.passed == bool(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to True/False, so not hashable
+
+    def __repr__(self) -> str:
+        return f"Verdict(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:
+        """IPython calls this instead of showing the repr: show nothing."""
 
 
 def _exercise(name: str) -> _Exercise:
@@ -132,7 +176,7 @@ def names() -> list[str]:
     return list(_EXERCISES)
 
 
-def check(name: str, candidate: Callable[..., Any]) -> bool:
+def check(name: str, candidate: Callable[..., Any]) -> Verdict:
     """Run ``candidate`` as ``mha.<name>`` would be run and say whether it is right.
 
     The candidate is called on fixed inputs (a fixed seed) covering the edge cases
@@ -156,8 +200,9 @@ def check(name: str, candidate: Callable[..., Any]) -> bool:
 
     Returns
     -------
-    bool
-        True if every case agrees with ``mha``.
+    Verdict
+        True (as a bool) if every case agrees with ``mha``; a notebook displays
+        nothing for it, since the report above says it all.
 
     Raises
     ------
@@ -170,4 +215,4 @@ def check(name: str, candidate: Callable[..., Any]) -> bool:
     if not callable(candidate):
         raise TypeError(f"candidate must be a function, got {type(candidate).__name__}")
     cases = exercise.cases(np.random.default_rng(_SEED))
-    return _judge(name, candidate, exercise, cases)
+    return Verdict(_judge(name, candidate, exercise, cases))

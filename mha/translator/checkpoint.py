@@ -36,6 +36,11 @@ CHECKPOINT = Path(__file__).with_name("checkpoints") / "translator.npz"
 
 _META_KEY = "__meta__"
 
+#: Constructor arguments that ``Transformer`` gained after checkpoints were first
+#: written, each with the value that every checkpoint written before it had (there was
+#: no other): a stored config without one of these is read with that value.
+_ADDED_LATER = {"positions": "sinusoidal"}
+
 
 def model_config(model: Transformer) -> dict[str, object]:
     """The constructor arguments ``model`` was built with (a copy of ``model.config``).
@@ -87,7 +92,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
     """Rebuild a :class:`Translator` from a checkpoint, never unpickling anything.
 
     The model is ``Transformer(**config)`` with the stored config, which must name
-    every constructor argument: nothing is filled in with a default.
+    every constructor argument: nothing is filled in with a default. The one
+    exception is an argument added after checkpoints existed (``positions``): a
+    config written before it has none and is read with the only value there was then
+    (``"sinusoidal"``).
 
     Raises
     ------
@@ -101,7 +109,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
             raise ValueError(f"{path} is not a translator checkpoint: no {_META_KEY!r} entry")
         meta = json.loads(str(data[_META_KEY]))
         state = {k: torch.from_numpy(data[k]) for k in data.files if k != _META_KEY}
-    config = meta["model"]
+    config = _ADDED_LATER | meta["model"]
     expected = set(inspect.signature(Transformer).parameters)
     unknown, missing = sorted(set(config) - expected), sorted(expected - set(config))
     if unknown or missing:

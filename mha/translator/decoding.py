@@ -108,7 +108,10 @@ class Translator:
         """Longest source sentence (in words) the positional table can hold."""
         return self.model.max_len
 
-    def _encode_sources(self, sentences: Sequence[str | Sequence[str]]) -> Tensor:
+    def source_ids(self, sentences: Sequence[str | Sequence[str]]) -> Tensor:
+        """``(B, S)`` source token ids of the sentences, padded with ``pad_id``: the
+        ``src`` that :func:`greedy_decode` and the model take. Errors as in
+        :meth:`translate`."""
         rows = []
         for k, sentence in enumerate(sentences):
             words = tokenize(sentence) if isinstance(sentence, str) else list(sentence)
@@ -163,7 +166,7 @@ class Translator:
                 f"sentences {batch[:6]!r} looks like one sentence split into words; pass "
                 "it as one string, or as a list of word lists: [['the', 'cat', ...]]"
             )
-        src = self._encode_sources(batch)  # (B, S)
+        src = self.source_ids(batch)  # (B, S)
         with num_threads(1):
             ids = greedy_decode(
                 self.model, src, self.tgt_vocab.bos_id, self.tgt_vocab.eos_id, max_new_tokens
@@ -192,7 +195,7 @@ class Translator:
             ``encoder`` (1, H, S, S), ``decoder_self`` (1, H, T, T), ``cross`` (1, H, T, S)
             per layer, detached.
         """
-        src = self._encode_sources([sentence])  # (1, S)
+        src = self.source_ids([sentence])  # (1, S)
         if target is None:
             target = str(self.translate(sentence))
         tgt_words = tokenize(target)

@@ -54,7 +54,7 @@ class TrainConfig:
     num_train: int = 10000
     num_heldout: int = 1000
     num_compositional: int = 1000
-    # model (see mha.modules.Transformer)
+    # model (see mha.transformer.Transformer)
     d_model: int = 32
     num_heads: int = 2
     num_encoder_layers: int = 1
@@ -63,6 +63,7 @@ class TrainConfig:
     dropout: float = 0.0
     max_len: int = 32
     norm_first: bool = False
+    positions: str = "sinusoidal"  # or "rope", "alibi": see Transformer
     embedding_std: float | None = None  # None: keep Transformer's N(0, d_model**-0.5)
     # optimisation
     steps: int = 500
@@ -189,6 +190,7 @@ def build_model(config: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -
         max_len=config.max_len,
         pad_id=Vocab.pad_id,
         norm_first=config.norm_first,
+        positions=config.positions,
     )
     if config.embedding_std is not None:  # to demonstrate the initialisation trap
         for embedding in (model.src_embedding, model.tgt_embedding):
