@@ -777,7 +777,7 @@ def test_training_runs_with_each_scheme(positions):
     assert model.config["positions"] == positions and model.positional_encoding is None
     assert all(math.isfinite(loss) for loss in result.losses)
     assert np.mean(result.losses[-5:]) < np.mean(result.losses[:5]) - 0.5
-    src = result.translator._encode_sources([list(e.source) for e in corpus.heldout])
+    src = result.translator.source_ids([list(e.source) for e in corpus.heldout])
     vocab = result.translator.tgt_vocab
     cached = greedy_decode(model, src, vocab.bos_id, vocab.eos_id)
     plain = greedy_decode(model, src, vocab.bos_id, vocab.eos_id, use_cache=False)
