@@ -25,9 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import PatchCollection
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
-from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Arc, Circle, FancyArrowPatch, Rectangle
-from matplotlib.textpath import TextToPath
 
 from mha.draw.layout import Caption, Grid, Legend, compose
 from mha.draw.style import (
@@ -426,18 +424,6 @@ def _auto_decimals(bias: np.ndarray) -> int:
     return 4
 
 
-_TEXT_TO_PATH = TextToPath()
-
-
-def _room_for_bold(title: str) -> str:
-    """``title`` with spaces on both sides so that its width as the layout measures it
-    (regular weight) is that of the bold head title it is drawn as; centred, the spaces
-    do not show, and narrow grids no longer get overlapping titles."""
-    bold, _, _ = _TEXT_TO_PATH.get_text_width_height_descent(
-        title, FontProperties(size=TITLE_PT, weight="bold"), ismath=False)
-    missing = bold / 72.0 - text_width(title, TITLE_PT)
-    pad = math.ceil(max(0.0, missing) / 2 / text_width(" ", TITLE_PT))
-    return f"{' ' * pad}{title}{' ' * pad}"
 
 
 def _alibi_grid(bias: np.ndarray, blocked: np.ndarray, h: int, slope: float, norm: Normalize,
@@ -453,7 +439,7 @@ def _alibi_grid(bias: np.ndarray, blocked: np.ndarray, h: int, slope: float, nor
     return Grid(face=faces, text=text, row_labels=[str(i) for i in queries],
                 col_labels=[str(j) for j in range(bias.shape[1])],
                 row_name="query i" if first else None, col_name="key j",
-                title=_room_for_bold(f"head {h}, slope {slope_text(slope)}"),
+                title=f"head {h}, slope {slope_text(slope)}",
                 title_color=head_text_color(h))
 
 
@@ -571,8 +557,8 @@ def alibi_figure(
         decimals = _auto_decimals(np.concatenate([drawn[n][:, ~blocked[n]].ravel()
                                                   for n in variants]))
     formulas = {
-        "causal": "causal (a decoder): bias = −slope × (i − j) for keys j ≤ i; later keys "
-                  "are blocked by the causal mask",
+        "causal": "causal (a decoder): bias = −slope × (i − j) for keys j ≤ i; "
+                  "the mask blocks later keys",
         "symmetric": "symmetric (an encoder): bias = −slope × |i − j|",
     }
 
