@@ -38,11 +38,15 @@ This is a benchmark, not a test: it prints, it never fails on a slow machine.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
+import sys
+import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -563,7 +567,9 @@ def profile_memory(calls: dict[Any, Callable[[], object]]) -> MemoryProfile:
     """
     windows = {f"mha.bench call {i}": key for i, key in enumerate(calls)}
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+    with _without_profiler_log(), torch.profiler.profile(
+        activities=activities, profile_memory=True
+    ) as prof:
         for window, fn in zip(windows, calls.values(), strict=True):
             with torch.profiler.record_function(window):
                 fn()
@@ -582,6 +588,28 @@ def profile_memory(calls: dict[Any, Callable[[], object]]) -> MemoryProfile:
         names = (e.name() for e in events if start <= e.start_ns() <= end)
         kernels[key] = tuple(dict.fromkeys(n for n in names if n.startswith(SDPA_KERNEL_PREFIX)))
     return MemoryProfile(peaks, kernels)
+
+
+_PROFILER_LOG = ("USDT:", "STAGE:")  # how the profiler's own log lines start
+
+
+@contextmanager
+def _without_profiler_log() -> Iterator[None]:
+    """Keep the profiler's start/stop log lines (written by C++ straight to file
+    descriptor 2, with a time stamp) out of the output; pass any other line on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            log.seek(0)
+            for line in log.read().decode(errors="replace").splitlines():
+                if not line.startswith(_PROFILER_LOG):
+                    print(line, file=sys.stderr)
 
 
 @dataclass(frozen=True)

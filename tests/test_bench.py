@@ -7,6 +7,7 @@ from a scripted clock or are only compared with themselves.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 
 import pytest
@@ -300,6 +301,23 @@ def test_profiled_peak_of_known_allocations() -> None:
     memory = bench.profile_memory({"alloc": alloc, "nothing": nothing})
     assert memory.peak_bytes == {"alloc": 16000, "nothing": 0}
     assert memory.sdpa_kernels == {"alloc": (), "nothing": ()}
+
+
+def test_the_profiler_log_is_kept_out_of_stderr(capfd) -> None:
+    memory = bench.profile_memory({"ones": lambda: torch.ones(10) + 1})
+    err = capfd.readouterr().err
+    assert memory.peak_bytes["ones"] > 0
+    assert "USDT" not in err and "profiler_start" not in err
+
+
+def test_other_lines_on_stderr_still_come_through(capfd) -> None:
+    def loud() -> None:
+        os.write(2, b"USDT: a profiler line\nsomething else went wrong\n")
+
+    with bench._without_profiler_log():
+        loud()
+    err = capfd.readouterr().err
+    assert "something else went wrong" in err and "USDT" not in err
 
 
 def test_profiled_peak_of_the_formula_is_two_score_matrices_and_the_output(

@@ -816,3 +816,19 @@ def test_figures_fit_the_text_width_with_readable_fonts(name):
 def test_alt_text_refuses_foreign_figures():
     with pytest.raises(ValueError, match="not made by mha.draw"):
         draw.alt_text(plt.figure())
+
+
+def test_bold_head_titles_of_narrow_grids_do_not_overlap():
+    """Head titles are drawn bold; the layout must measure them bold too."""
+    from mha.draw.layout import Grid, compose
+
+    title = "head 0, slope 1/256"
+    grids = [Grid(face=np.ones((2, 1, 4)), title=title, title_color=draw.head_color(h))
+             for h in range(3)]
+    fig, axes = compose([grids])
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [ax.title.get_window_extent(renderer) for ax in axes]
+    for left, right in zip(boxes[:-1], boxes[1:], strict=True):
+        assert left.x1 <= right.x0, (left, right)
+    assert all(ax.title.get_fontweight() == "bold" for ax in axes)

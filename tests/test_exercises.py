@@ -174,6 +174,31 @@ def kv_bytes_variant(keys_only=False, window_rule=min, batch=True, fixed_bytes=F
     return candidate
 
 
+def rope_loops(x, positions, base=10000.0):
+    """RoPE pair by pair, with explicit 2 x 2 rotation matrices."""
+    x = np.asarray(x)
+    out = np.empty_like(x)
+    head_dim = x.shape[-1]
+    for index in np.ndindex(*x.shape[:-1]):
+        position = np.asarray(positions)[index[-1]]
+        for i in range(head_dim // 2):
+            angle = position * base ** (-2 * i / head_dim)
+            rotation = np.array([[np.cos(angle), -np.sin(angle)],
+                                 [np.sin(angle), np.cos(angle)]])
+            out[(*index, slice(2 * i, 2 * i + 2))] = rotation @ x[(*index, slice(2 * i, 2 * i + 2))]
+    return out
+
+
+def slopes_written_out(num_heads):
+    def powers(n):
+        return [2 ** (-8 * k / n) for k in range(1, n + 1)]
+
+    p = 1
+    while 2 * p <= num_heads:
+        p *= 2
+    return np.array(powers(p) + powers(2 * p)[0::2][: num_heads - p])
+
+
 CORRECT = [
     ("softmax", mha.softmax),
     ("softmax", softmax_loops),
@@ -195,6 +220,10 @@ CORRECT = [
     ("sliding_window_mask", window_loops),
     ("kv_cache_bytes", mha.kv_cache_bytes),
     ("kv_cache_bytes", kv_bytes_plain),
+    ("apply_rope", mha.apply_rope),
+    ("apply_rope", rope_loops),
+    ("alibi_slopes", mha.alibi_slopes),
+    ("alibi_slopes", slopes_written_out),
 ]
 
 
@@ -605,6 +634,34 @@ KV_BYTES = {
     "bits": (kv_bytes_variant(bits=True), "Bits, not bytes"),
 }
 
+def rope_half_split(x, positions, base=10000.0):
+    x = np.asarray(x)
+    half = x.shape[-1] // 2
+    angles = np.asarray(positions)[:, None] * base ** (-2 * np.arange(half) / x.shape[-1])
+    first, second = x[..., :half], x[..., half:]
+    return np.concatenate([first * np.cos(angles) - second * np.sin(angles),
+                           first * np.sin(angles) + second * np.cos(angles)], axis=-1)
+
+
+ROPE = {
+    "half split": (rope_half_split, "paired with i + Dh/2"),
+    "slow frequencies": (
+        lambda x, positions, base=10000.0: mha.apply_rope(x, positions, base**0.5),
+        "base^(-i/Dh)"),
+    "clockwise": (lambda x, positions, base=10000.0: mha.apply_rope(x, -np.asarray(positions),
+                                                                    base),
+                  "turns clockwise"),
+    "from zero": (lambda x, positions, base=10000.0: mha.apply_rope(
+        x, np.arange(np.shape(x)[-2]), base), "positions is ignored"),
+}
+
+SLOPES = {
+    "from one": (lambda n: 0.5 ** (8 * np.arange(n) / n), "the first slope is 1"),
+    "any count": (lambda n: 0.5 ** (8 * np.arange(1, n + 1) / n), "for every head count"),
+    "halving": (lambda n: 0.5 ** np.arange(1, n + 1), "halve from head to head"),
+    "reversed": (lambda n: slopes_written_out(n)[::-1], "reverse order"),
+}
+
 MISTAKES = {
     "softmax": SOFTMAX,
     "scaled_dot_product_attention": SDPA,
@@ -615,6 +672,8 @@ MISTAKES = {
     "multi_head_attention": MHA,
     "sliding_window_mask": WINDOW,
     "kv_cache_bytes": KV_BYTES,
+    "apply_rope": ROPE,
+    "alibi_slopes": SLOPES,
 }
 
 
@@ -765,8 +824,10 @@ def test_two_mistakes_name_the_one_seen_first(capsys) -> None:
 # --------------------------------------------------------------------------- the interface
 
 
-def test_names_lists_the_nine_functions() -> None:
+def test_names_lists_the_eleven_functions() -> None:
     expected = {
+        "apply_rope",
+        "alibi_slopes",
         "sliding_window_mask",
         "kv_cache_bytes",
         "softmax",

@@ -19,6 +19,8 @@ Import as ``from mha import draw``. Every function returns a
   and sum, tile by tile)
 - numbers and vectors: :func:`curves_figure` (:class:`CurvePanel`, :class:`Series`,
   :class:`RefLine`), :func:`vectors_figure`
+- positions: :func:`rope_figure` (RoPE turning a query and a key),
+  :func:`alibi_figure` (ALiBi's bias per head)
 
 Figures are at most 8 inches wide (the book's text width at 100 dpi), use no
 font below 8 pt, and have a white background so they read in dark mode too.
@@ -31,6 +33,7 @@ from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_ma
 from mha.draw.module import multi_head_attention_figure
 from mha.draw.pipeline import attention_pipeline_figure
 from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
+from mha.draw.positions import alibi_figure, rope_figure
 from mha.draw.style import HEAD_COLORS, alt_text, head_cmap, head_color, head_fill
 from mha.draw.tensors import merge_heads_figure, split_heads_figure, tensor_grid
 from mha.draw.tiled import online_softmax_figure, tiles_figure
@@ -44,6 +47,7 @@ __all__ = [
     "MaskPanel",
     "RefLine",
     "Series",
+    "alibi_figure",
     "alt_text",
     "attention_grid",
     "attention_heatmaps",
@@ -61,6 +65,7 @@ __all__ = [
     "multi_head_attention_figure",
     "online_softmax_figure",
     "padding_mask_figure",
+    "rope_figure",
     "split_heads_figure",
     "tensor_grid",
     "tiles_figure",

@@ -144,6 +144,12 @@ def _line(size: float) -> float:
     return size / 72.0 * 1.35
 
 
+def _title_weight(g: Grid) -> str:
+    """A head's title is bold in its colour (a second cue besides the cell tint); it is
+    measured as drawn, so that bold titles of narrow grids do not overlap."""
+    return "normal" if g.title_color == "black" else "bold"
+
+
 def _metrics(g: Grid, cell: float) -> _Metrics:
     nrows, ncols = g.shape
     gw = ncols * cell
@@ -178,7 +184,7 @@ def _metrics(g: Grid, cell: float) -> _Metrics:
         right += 0.1 + 0.12 + text_width("0.00", TICK_PT) + 0.1
     # A title wider than its grid spills over both sides; make room for it.
     if g.title:
-        spill = (text_width(g.title, TITLE_PT) - gw) / 2
+        spill = (text_width(g.title, TITLE_PT, _title_weight(g)) - gw) / 2
         left += max(0.0, spill - left)
         right = max(right, spill)
     return _Metrics(left, right, top, bottom, rotate)
@@ -356,10 +362,8 @@ def _draw_grid(fig: Figure, box: _Box, fig_w: float, fig_h: float) -> Axes:
         ax.set_ylabel(g.row_name, fontsize=NAME_PT, labelpad=4)
     if g.title:
         pad = _GROUP_BAR * 72 + 3 if g.col_groups else 3
-        # A head's title is bold in its colour: a second cue besides the cell tint.
-        weight = "normal" if g.title_color == "black" else "bold"
         ax.set_title(g.title, fontsize=TITLE_PT, color=g.title_color, pad=pad,
-                     fontweight=weight)
+                     fontweight=_title_weight(g))
     for gr in g.col_groups:
         _column_band(ax, gr, cell)
     for gr in g.row_groups:

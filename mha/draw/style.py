@@ -103,12 +103,12 @@ def text_color_on(face: Any) -> str:
 _TEXT_TO_PATH = TextToPath()
 
 
-def text_width(s: str, size: float) -> float:
+def text_width(s: str, size: float, weight: str = "normal") -> float:
     """Width in inches of ``s`` set in the default font at ``size`` points."""
     if not s:
         return 0.0
     width, _, _ = _TEXT_TO_PATH.get_text_width_height_descent(
-        s, FontProperties(size=size), ismath=False
+        s, FontProperties(size=size, weight=weight), ismath=False
     )
     return width / 72.0
 

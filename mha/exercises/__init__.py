@@ -35,13 +35,15 @@ from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
 from ._inference import _bytes_cases, _bytes_mistakes, _window_cases, _window_mistakes
 from ._masks import _causal_cases, _causal_mistakes, _padding_cases, _padding_mistakes
 from ._multi_head_attention import _mha_cases, _mha_mistakes
+from ._positions import _rope_cases, _rope_mistakes, _slopes_cases, _slopes_mistakes
 from ._softmax import _softmax_cases, _softmax_mistakes
 
 # Layout: this file holds the public API and the registry. _core.py runs a candidate,
 # compares it with mha and prints the report; each topic module holds the cases and
 # mistake models of its exercises (_softmax, _attention, _heads, _masks,
-# _multi_head_attention, _inference). Like the specification, the package imports only NumPy
-# and the top-level names of mha (mha.softmax, ...), never torch or matplotlib.
+# _multi_head_attention, _inference, _positions). Like the specification, the package
+# imports only NumPy and the top-level names of mha (mha.softmax, ...), never torch or
+# matplotlib.
 
 __all__ = ["Verdict", "check", "names"]
 
@@ -123,6 +125,21 @@ _EXERCISES: dict[str, _Exercise] = {
         "published shapes, batches, float32, windows shorter and longer than the context",
         _bytes_mistakes(),
         "Count by hand for 1 layer, 1 head of 1, 1 position: what is stored, how big?",
+    ),
+    "apply_rope": _Exercise(
+        _rope_cases,
+        ("the rotated x",),
+        "one pair, batches and heads, positions after a cache, another base, float32",
+        _rope_mistakes(),
+        "Rotate x (1, 1, 2) = [[[1, 0]]] at position 1 by hand: the result is "
+        "(cos 1, sin 1).",
+    ),
+    "alibi_slopes": _Exercise(
+        _slopes_cases,
+        ("the slopes",),
+        "powers of two from 1 to 16 heads, and 3, 6 and 12 heads",
+        _slopes_mistakes(),
+        "Write the slopes for 8 heads by hand, then for 4, then fill in 6.",
     ),
 }
 

@@ -32,7 +32,10 @@ Splits (all seeded, no sentence in two of them):
 
 Fixed phrases are always in training (there is nothing to generalise in "de nada").
 :func:`length_probes` builds longer sentences than any in training (one more adjective,
-two clauses joined by "and") to measure length generalisation.
+two clauses joined by "and") to measure length generalisation;
+:func:`generate_length_split` splits by length instead: training sentences of at most
+``max_train_words`` source words (one clause, or two short clauses joined by "and"),
+a held-out set of those lengths, and a set of longer two-clause sentences.
 """
 
 from __future__ import annotations
@@ -47,16 +50,19 @@ __all__ = [
     "ADJECTIVES",
     "DETERMINERS",
     "FIXED_PHRASES",
+    "MAX_SPLIT_WORDS",
     "NOUNS",
     "VERBS",
     "Adjective",
     "Corpus",
     "Example",
+    "LengthSplit",
     "Noun",
     "NounPhrase",
     "Verb",
     "Vocab",
     "generate_corpus",
+    "generate_length_split",
     "length_probes",
     "make_example",
     "tokenize",
@@ -680,3 +686,178 @@ def length_probes(
             seen.add(ex.source)
             probes["two clauses"].append(ex)
     return probes
+
+
+# --------------------------------------------------------------------- length split
+
+# The longest clause: determiner, adjective, noun, verb, determiner, adjective, noun.
+_MAX_CLAUSE_WORDS = 7
+#: Longest sentence of the length split: two longest clauses joined by "and".
+MAX_SPLIT_WORDS = 2 * _MAX_CLAUSE_WORDS + 1
+# The shortest two-clause sentence, "the cat sleeps and the dog runs".
+_MIN_TWO_CLAUSE_WORDS = 7
+
+
+def _join_clauses(first: Example, second: Example) -> Example:
+    """``first and second`` (Spanish "y"): what ``make_example(..., then=second)``
+    builds, for a first clause that is already an :class:`Example`."""
+    return Example(
+        (*first.source, "and", *second.source),
+        (*first.target, "y", *second.target),
+        "two_clauses",
+        first.pairs | second.pairs,
+        first.subject_noun,
+        first.object_noun or second.object_noun,
+    )
+
+
+@dataclass
+class LengthSplit(Corpus):
+    """A :class:`Corpus` split by sentence length (see :func:`generate_length_split`).
+
+    ``train`` and ``heldout`` hold sentences of at most ``max_train_words`` source words,
+    drawn from one distribution; ``compositional`` is empty (no combination is held
+    out), and ``longer`` holds sentences of ``max_train_words + 1`` to
+    :data:`MAX_SPLIT_WORDS` source words, the same number of each length. A
+    ``LengthSplit`` can be passed to :func:`mha.translator.train` as its ``corpus``.
+
+    Attributes
+    ----------
+    longer : list of Example
+        Longer than every sentence of ``train`` and ``heldout``, disjoint from both.
+    max_train_words : int
+        The longest source sentence (in words) of ``train`` and ``heldout``.
+    """
+
+    longer: list[Example] = field(default_factory=list)
+    max_train_words: int = 0
+
+    @property
+    def longer_lengths(self) -> list[int]:
+        """The source lengths (in words) of ``longer``, shortest first."""
+        return list(range(self.max_train_words + 1, MAX_SPLIT_WORDS + 1))
+
+
+def generate_length_split(
+    seed: int = 0,
+    num_train: int = 10000,
+    num_heldout: int = 1000,
+    num_longer: int = 1000,
+    max_train_words: int = 10,
+    two_clause_prob: float = 0.5,
+    adjective_prob: float = 0.5,
+) -> LengthSplit:
+    """Sentences of one grammar, split by length: short ones to train on, long ones to test.
+
+    A sentence is one clause of the corpus grammar (``NP V``, ``NP V and V``, ``NP V NP``)
+    or, with probability ``two_clause_prob``, two of them joined by "and" ("the cat
+    sleeps and my dogs see a cow" -> "el gato duerme y mis perros ven a una vaca"):
+    3 to 15 source words. Sentences of at most ``max_train_words`` words go to ``train``
+    and to a random ``heldout`` set of the same lengths; longer ones are test sentences.
+    Training thus sees two-clause sentences, but only short ones: a longer sentence has
+    no new construction, only more words, and the two-clause sentences of the test
+    put familiar clauses at positions (and distances) never seen in training. No fixed
+    phrases: the measure is about the grammar.
+
+    Parameters
+    ----------
+    seed : int
+        Seeds every sampled sentence and the train/held-out shuffle.
+    num_train, num_heldout : int
+        Distinct sentences of at most ``max_train_words`` words in each set.
+    num_longer : int
+        Distinct longer sentences, divided equally among the lengths
+        ``max_train_words + 1 .. 15`` (so that each length is measured as precisely;
+        must be a multiple of their number).
+    max_train_words : int
+        Longest training sentence, in source words, in ``[7, 14]``: at least the
+        shortest two-clause sentence, and below the longest.
+    two_clause_prob : float
+        Probability that a sampled sentence has two clauses, in ``(0, 1]``.
+    adjective_prob : float
+        Probability that a noun phrase carries an adjective.
+
+    Returns
+    -------
+    LengthSplit
+        ``train``, ``heldout`` and ``longer``, disjoint by source sentence, with the
+        corpus' vocabularies (the whole lexicon).
+    """
+    for name, value in (
+        ("num_train", num_train),
+        ("num_heldout", num_heldout),
+        ("num_longer", num_longer),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if not _MIN_TWO_CLAUSE_WORDS <= max_train_words < MAX_SPLIT_WORDS:
+        raise ValueError(
+            f"max_train_words must be in [{_MIN_TWO_CLAUSE_WORDS}, {MAX_SPLIT_WORDS - 1}] "
+            f"(two-clause sentences have {_MIN_TWO_CLAUSE_WORDS} to {MAX_SPLIT_WORDS} "
+            f"words), got {max_train_words!r}"
+        )
+    lengths = range(max_train_words + 1, MAX_SPLIT_WORDS + 1)
+    if num_longer % len(lengths):
+        raise ValueError(
+            f"num_longer={num_longer} must be a multiple of the {len(lengths)} longer "
+            f"lengths {lengths.start}..{lengths.stop - 1} (the same number of each)"
+        )
+    if not 0.0 < two_clause_prob <= 1.0:
+        raise ValueError(f"two_clause_prob must be in (0, 1], got {two_clause_prob}")
+    if not 0.0 <= adjective_prob <= 1.0:
+        raise ValueError(f"adjective_prob must be in [0, 1], got {adjective_prob}")
+    rng = random.Random(seed)
+
+    # 1. Sample distinct sentences; each lands by its length in the short pool (train +
+    #    held-out) or in the bucket of its length, until every one is full.
+    per_length = num_longer // len(lengths)
+    need = num_train + num_heldout
+    seen: set[tuple[str, ...]] = set()
+    short: list[Example] = []
+    buckets: dict[int, list[Example]] = {n: [] for n in lengths}
+    attempts = 0
+    while len(short) < need or any(len(b) < per_length for b in buckets.values()):
+        attempts += 1
+        if attempts > 200 * (need + num_longer):
+            raise ValueError(
+                f"the grammar did not supply {need} sentences of at most "
+                f"{max_train_words} words and {per_length} of each longer length with "
+                f"these settings; ask for fewer"
+            )
+        ex = _sample_sentence(rng, adjective_prob)
+        if rng.random() < two_clause_prob:
+            ex = _join_clauses(ex, _sample_sentence(rng, adjective_prob))
+        if ex.source in seen:
+            continue
+        seen.add(ex.source)
+        size = len(ex.source)
+        if size <= max_train_words:
+            if len(short) < need:
+                short.append(ex)
+        elif len(buckets[size]) < per_length:
+            buckets[size].append(ex)
+
+    # 2. The held-out set: a random subset of the short pool.
+    rng.shuffle(short)
+    src_words, tgt_words = _lexicon()
+    settings = {
+        "num_train": num_train,
+        "num_heldout": num_heldout,
+        "num_longer": num_longer,
+        "max_train_words": max_train_words,
+        "two_clause_prob": two_clause_prob,
+        "adjective_prob": adjective_prob,
+    }
+    return LengthSplit(
+        train=short[num_heldout:],
+        heldout=short[:num_heldout],
+        compositional=[],
+        src_vocab=Vocab(src_words),
+        tgt_vocab=Vocab(tgt_words),
+        heldout_pairs=frozenset(),
+        heldout_objects=frozenset(),
+        seed=seed,
+        settings=settings,
+        longer=[ex for n in lengths for ex in buckets[n]],
+        max_train_words=max_train_words,
+    )
