@@ -318,6 +318,7 @@ VOLATILE_CELLS = {
         "no_decay = mha.translator.train(",
     ],
     "09_positions_and_tiles": [
+        "print(f\"{'T':>6}{'plain, MiB':>12}{'tiled, MiB':>12}\")",
         "rows, kernels = bench.measure_sdpa((256, 512, 1024), repeats=3, warmup=1)",
     ],
 }
