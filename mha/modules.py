@@ -236,15 +236,7 @@ class MultiHeadAttention(nn.Module):
             )
         B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
         target = (B, self.num_heads, T, S)
-        # As in the NumPy core: at least (T, S) — a 1-D mask could mean queries or keys —
-        # and every dim 1 or equal to the scores' dim (no silent enlarging).
-        ok = 2 <= mask.ndim <= 4
-        if ok:
-            try:
-                ok = torch.broadcast_shapes(mask.shape, target) == target
-            except RuntimeError:
-                ok = False
-        if not ok:
+        if not _fits_scores(mask, target):
             raise ValueError(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T, S) = "
                 f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
@@ -284,13 +276,7 @@ class MultiHeadAttention(nn.Module):
             )
         B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
         target = (B, self.num_heads, T, S)
-        ok = 2 <= bias.ndim <= 4  # the same rule as for the mask
-        if ok:
-            try:
-                ok = torch.broadcast_shapes(bias.shape, target) == target
-            except RuntimeError:
-                ok = False
-        if not ok:
+        if not _fits_scores(bias, target):  # the same rule as for the mask
             raise ValueError(
                 f"bias of shape {tuple(bias.shape)} does not broadcast to (B, H, T, S) = "
                 f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
@@ -472,6 +458,18 @@ class MultiHeadAttention(nn.Module):
         )  # (B, H, T, Dh)
         # Some SDPA kernels give NaN for an empty row: the rule above, applied here too.
         return context if empty is None else context.masked_fill(empty, 0.0)
+
+
+def _fits_scores(t: Tensor, target: tuple[int, int, int, int]) -> bool:
+    """Whether a mask or bias fits the scores ``(B, H, T, S)``, as in the NumPy core: at
+    least ``(T, S)`` (a 1-D mask could mean queries or keys), and every dim 1 or equal
+    to the scores' dim (no silent enlarging)."""
+    if not 2 <= t.ndim <= 4:
+        return False
+    try:
+        return torch.broadcast_shapes(t.shape, target) == target
+    except RuntimeError:
+        return False
 
 
 def _rows_with_nothing_to_attend(mask: Tensor) -> Tensor | None:
