@@ -352,7 +352,7 @@ def test_kv_cache_figure_grows_the_cache_one_column_per_step():
     for t in range(4):
         q_ax, k_ax, w_ax, v_ax = axes[4 * t: 4 * t + 4]
         assert [ax.get_title() for ax in (q_ax, k_ax, w_ax, v_ax)] == [
-            "q_3", "cached K^T", "weights", "cached V"]
+            "q, head 3", "cached K^T", "weights", "cached V"]
         # K^T is (Dh, t + 1): the newest key (of kv head 3 // 2 = 1) coloured, the rest grey.
         fk = faces(k_ax, (2, t + 1))
         assert np.allclose(fk[:, t], draw.head_fill(3))

@@ -129,7 +129,7 @@ def kv_cache_figure(
         rows.append(Caption(f"step {t + 1}: '{labels[t]}' arrives; its key and value join "
                             f"the cache, which now holds {cache.length}{dropped}{how}"))
         rows.append([
-            _rows_tinted(step.q_heads[0, h], h, [0], f"q_{h}", f"Dh = {dh}"),
+            _rows_tinted(step.q_heads[0, h], h, [0], f"q, head {h}", f"Dh = {dh}"),
             Op("@"),
             Grid(face=k_face, title="cached K^T", title_color=head_text_color(h),
                  col_labels=kept),
