@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,17 +27,19 @@ def _parse(arg: str) -> tuple[str, str]:
 
 def run(stages: list[str]) -> int:
     timings: list[tuple[str, float, str]] = []
-    background: list[tuple[str, subprocess.Popen, object, float]] = []
+    background: list[tuple[str, subprocess.Popen, object, float, dict]] = []
     start_all = time.perf_counter()
 
     def finish_background() -> bool:
         ok = True
-        for name, proc, log, started in background:
+        for name, proc, log, started, ended in background:
             code = proc.wait()
             log.seek(0)
             sys.stdout.write(log.read())
             log.close()
-            timings.append((name, time.perf_counter() - started, "beside the next stages"))
+            # When it ended, not when it was collected: a waiter thread noted the time.
+            ended["thread"].join()
+            timings.append((name, ended["at"] - started, "beside the next stages"))
             if code != 0:
                 print(f"stage {name!r} failed (exit {code})", file=sys.stderr)
                 ok = False
@@ -50,7 +53,15 @@ def run(stages: list[str]) -> int:
             print(f"--- {name} (started in the background)", flush=True)
             proc = subprocess.Popen(command, shell=True, cwd=ROOT, stdout=log,
                                     stderr=subprocess.STDOUT, executable="/bin/bash")
-            background.append((name, proc, log, time.perf_counter()))
+            ended: dict = {}
+
+            def note_end(proc=proc, ended=ended) -> None:
+                proc.wait()
+                ended["at"] = time.perf_counter()
+
+            ended["thread"] = threading.Thread(target=note_end, daemon=True)
+            ended["thread"].start()
+            background.append((name, proc, log, time.perf_counter(), ended))
             continue
         name, command = _parse(arg)
         print(f"--- {name}", flush=True)
