@@ -832,3 +832,13 @@ def test_bold_head_titles_of_narrow_grids_do_not_overlap():
     for left, right in zip(boxes[:-1], boxes[1:], strict=True):
         assert left.x1 <= right.x0, (left, right)
     assert all(ax.title.get_fontweight() == "bold" for ax in axes)
+
+
+def test_measure_gives_the_size_compose_draws():
+    from mha.draw.layout import Caption, Grid, Op, compose, measure
+
+    rows = [Caption("a caption long enough to matter " * 3),
+            [Grid(face=np.ones((3, 5, 4)), title="x", row_labels=list("abc")), Op("@"),
+             Grid(face=np.ones((5, 2, 4)), title="head 1", title_color=draw.head_color(1))]]
+    fig, _ = compose(rows)
+    assert measure(rows) == pytest.approx(tuple(fig.get_size_inches()), abs=1e-12)

@@ -229,6 +229,25 @@ def _min_cell(rows: Sequence[Sequence[Item] | Line]) -> float:
     return max(0.24, widest + 0.08)
 
 
+@dataclass
+class _Plan:
+    """Where everything of a :func:`compose` sheet goes, before anything is drawn."""
+
+    boxes: list[_Box]
+    ops: list[tuple[str, float, float]]
+    captions: list[tuple[str, float]]
+    legends: list[tuple[Legend, float]]
+    fig_w: float
+    fig_h: float
+
+
+def measure(rows: Sequence[Sequence[Item] | Line], cell: float = CELL) -> tuple[float, float]:
+    """The ``(width, height)`` in inches that :func:`compose` would give these rows,
+    without drawing them (cheap: no figure, no axes)."""
+    plan = _plan(rows, cell)
+    return plan.fig_w, plan.fig_h
+
+
 def compose(
     rows: Sequence[Sequence[Item] | Line], cell: float = CELL
 ) -> tuple[Figure, list[Axes]]:
@@ -238,6 +257,21 @@ def compose(
     cell values need) until the widest row fits. Returns the figure and the
     axes of every grid, in reading order.
     """
+    plan = _plan(rows, cell)
+    fig_w, fig_h = plan.fig_w, plan.fig_h
+    fig = plt.figure(figsize=(fig_w, fig_h), facecolor="white")
+    axes = [_draw_grid(fig, b, fig_w, fig_h) for b in plan.boxes]
+    for symbol, ox, oy in plan.ops:
+        fig.text(ox / fig_w, 1 - oy / fig_h, symbol, ha="center", va="center", fontsize=_OP_PT)
+    for text, cy in plan.captions:
+        fig.text(_MARGIN / fig_w, 1 - cy / fig_h, text, ha="left", va="baseline",
+                 fontsize=CAPTION_PT)
+    for lg, cy in plan.legends:
+        _draw_legend(fig, lg, cy, fig_w, fig_h)
+    return fig, axes
+
+
+def _plan(rows: Sequence[Sequence[Item] | Line], cell: float) -> _Plan:
     floor = _min_cell(rows)
     cell = max(cell, floor)
     for _ in range(4):  # titles spill non-linearly: a few rounds settle it
@@ -290,16 +324,7 @@ def compose(
         y += row_h + _ROW_GAP
     fig_w = width + 2 * _MARGIN
     fig_h = y - _ROW_GAP + _MARGIN
-    fig = plt.figure(figsize=(fig_w, fig_h), facecolor="white")
-    axes = [_draw_grid(fig, b, fig_w, fig_h) for b in boxes]
-    for symbol, ox, oy in ops:
-        fig.text(ox / fig_w, 1 - oy / fig_h, symbol, ha="center", va="center", fontsize=_OP_PT)
-    for text, cy in captions:
-        fig.text(_MARGIN / fig_w, 1 - cy / fig_h, text, ha="left", va="baseline",
-                 fontsize=CAPTION_PT)
-    for lg, cy in legends:
-        _draw_legend(fig, lg, cy, fig_w, fig_h)
-    return fig, axes
+    return _Plan(boxes, ops, captions, legends, fig_w, fig_h)
 
 
 def _draw_legend(fig: Figure, lg: Legend, cy: float, fig_w: float, fig_h: float) -> None:

@@ -27,7 +27,7 @@ from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Arc, Circle, FancyArrowPatch, Rectangle
 
-from mha.draw.layout import Caption, Grid, Legend, compose
+from mha.draw.layout import Caption, Grid, Legend, compose, measure
 from mha.draw.style import (
     BLOCKED_FILL,
     CELL,
@@ -582,10 +582,8 @@ def alibi_figure(
     def width(per_row: int, values: bool) -> float:
         """Width of the figure with ``per_row`` heads a row (its first row of each
         variant is its widest; captions wrap to the width anyway)."""
-        fig, _ = compose([grids(name, per_row, values)[0] for name in variants],
-                         cell=CELL if values else 0.3)
-        inches = float(fig.get_size_inches()[0])
-        plt.close(fig)
+        inches, _ = measure([grids(name, per_row, values)[0] for name in variants],
+                            cell=CELL if values else 0.3)
         return inches
 
     def widest_fit(values: bool) -> int:

@@ -9,6 +9,7 @@ under the common forms of colour-blindness.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -103,8 +104,12 @@ def text_color_on(face: Any) -> str:
 _TEXT_TO_PATH = TextToPath()
 
 
+@functools.lru_cache(maxsize=4096)
 def text_width(s: str, size: float, weight: str = "normal") -> float:
-    """Width in inches of ``s`` set in the default font at ``size`` points."""
+    """Width in inches of ``s`` set in the default font at ``size`` points.
+
+    Cached: laying out one figure measures the same labels many times, and turning
+    text into paths is the slow part of it."""
     if not s:
         return 0.0
     width, _, _ = _TEXT_TO_PATH.get_text_width_height_descent(
