@@ -363,6 +363,12 @@ def peak_notes(info: CpuInfo, threads: int, ceiling: Ceiling) -> list[str]:
 # ------------------------------------------------------------------------------ rows
 
 
+def _wrapped(notes: Sequence[str]) -> list[str]:
+    """A table's notes, each wrapped to 100 columns with its continuation indented."""
+    return [textwrap.fill(n, width=100, subsequent_indent="  ", break_on_hyphens=False)
+            for n in notes]
+
+
 def time_rows(
     rows: dict[str, Callable[[], object]], repeats: int, warmup: int
 ) -> dict[str, list[float]]:
@@ -501,10 +507,7 @@ def format_table(
         *peak_notes(cpu, threads, ceiling),
         "% of ceiling = GFLOP/s of the median call / ceiling",
     ]
-    lines = [
-        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
-        for note in notes
-    ]
+    lines = _wrapped(notes)
     lines += [
         "",
         f"{'implementation':<36} {'ms':>9} {'ratio':>6}  {'baseline':<32} {'GFLOP/s':>8} "
@@ -677,10 +680,7 @@ def format_sdpa_table(
         "torch.profiler.profile(profile_memory=True) from its allocation events",
         "one score matrix: B*H*T*S*4 bytes, what the formula must hold (twice, while it divides)",
     ]
-    lines = [
-        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
-        for note in notes
-    ]
+    lines = _wrapped(notes)
     lines += [
         "",
         f"{'T':>6} {'sdpa ms':>9} {'formula ms':>11} {'ratio':>6} {'sdpa MB':>9} "
@@ -823,10 +823,7 @@ def format_decode_table(rows: Sequence[DecodeRow], batch: int, repeats: int) -> 
         "same tokens with and without the cache: "
         + ("yes, every row and N" if same else "NO (see DecodeRow.same_tokens)"),
     ]
-    lines = [
-        textwrap.fill(note, width=100, subsequent_indent="  ", break_on_hyphens=False)
-        for note in notes
-    ]
+    lines = _wrapped(notes)
     lines += [
         "",
         f"{'new tokens':>10} {'ms/token, no cache':>19} {'ms/token, cache':>16} "
