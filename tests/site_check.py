@@ -84,13 +84,22 @@ async () => {
 """
 
 
-def check_page(context, url: str, local_origin: str, desktop: bool = True) -> list[str]:
+def check_page(
+    context, url: str, local_origin: str, phone: tuple[int, int] | None = None
+) -> list[str]:
     """Every problem found on the page at ``url``, one readable line each.
 
-    With ``desktop`` (a window of about 1280 px), also every code block or output that
-    scrolls sideways, and every figure scaled down so far that its smallest text falls
-    below ``MIN_TEXT_PX``: the figures draw text as paths, so the size is judged from
-    the smallest font ``mha.draw`` uses and the figure's display scale."""
+    The context's window (about 1280 px wide) is the desktop: every code block or
+    output that scrolls sideways there is a problem, and so is every figure scaled
+    down so far that its smallest text falls below ``MIN_TEXT_PX`` (the figures draw
+    text as paths, so the size is judged from the smallest font ``mha.draw`` uses and
+    the figure's display scale).
+
+    With ``phone`` (width, height), the same page is then resized to that window and
+    laid out again: a display equation wider than its column, or a figure scaled
+    down with no link to its full size, is a problem there. Resizing the loaded page
+    gives the layout a fresh load at that width gives (CSS and MathJax's CHTML do
+    not depend on the width the page was loaded at), for half the work."""
     found: list[str] = []
     page = context.new_page()
 
@@ -116,20 +125,29 @@ def check_page(context, url: str, local_origin: str, desktop: bool = True) -> li
         page.goto(url, wait_until="load", timeout=60_000)
         page.wait_for_load_state("networkidle", timeout=60_000)
         report = page.evaluate(PAGE_REPORT_JS)
-        if desktop:
-            page.evaluate(OPEN_ALL_JS)
-            layout = page.evaluate(LAYOUT_JS)
+        page.evaluate(OPEN_ALL_JS)
+        layout = page.evaluate(LAYOUT_JS)
+        if phone is not None:
+            page.set_viewport_size({"width": phone[0], "height": phone[1]})
+            small = page.evaluate(LAYOUT_JS)
     finally:
         page.close()
-    if desktop:
-        found += [f"code scrolls sideways: {c}" for c in layout["code"]]
-        found += [f"output scrolls sideways: {o}" for o in layout["outputs"]]
-        for fig in layout["figures"]:
-            text_px = SMALLEST_FIGURE_FONT_PT * 4 / 3 * fig["scale"]
-            if text_px < MIN_TEXT_PX:
-                found.append(
-                    f"figure text {text_px:.1f} px (scaled to {fig['scale']:.0%}): {fig['src']}"
-                )
+    found += [f"code scrolls sideways: {c}" for c in layout["code"]]
+    found += [f"output scrolls sideways: {o}" for o in layout["outputs"]]
+    for fig in layout["figures"]:
+        text_px = SMALLEST_FIGURE_FONT_PT * 4 / 3 * fig["scale"]
+        if text_px < MIN_TEXT_PX:
+            found.append(
+                f"figure text {text_px:.1f} px (scaled to {fig['scale']:.0%}): {fig['src']}"
+            )
+    if phone is not None:
+        width = phone[0]
+        found += [f"equation wider than a {width} px column: {e}" for e in small["equations"]]
+        found += [
+            f"figure scaled down at {width} px with no link to its full size: {f['src']}"
+            for f in small["figures"]
+            if f["scale"] < 0.999 and not f["zoom"]
+        ]
     for image in report["images"]:
         if not image["loaded"]:
             found.append(f"image did not load: {image['src']}")
@@ -199,19 +217,3 @@ LAYOUT_JS = """
   return {code, outputs, equations, figures};
 }
 """
-
-
-def layout_report(context, url: str) -> dict:
-    """What does not fit on the page at ``url`` at the context's width (all blocks open)."""
-    page = context.new_page()
-    try:
-        # Layout needs the page and its typeset math, not an idle network.
-        page.goto(url, wait_until="load", timeout=60_000)
-        page.evaluate(
-            "async () => { if (window.MathJax && MathJax.startup) "
-            "await MathJax.startup.promise; }"
-        )
-        page.evaluate(OPEN_ALL_JS)
-        return page.evaluate(LAYOUT_JS)
-    finally:
-        page.close()
