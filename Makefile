@@ -67,12 +67,17 @@ unit: setup
 check-notebooks: setup
 	$(PY) tests/nbtools.py check
 
+# Plugins a stage has no use for are not loaded: each costs up to a second of start-up
+# in every process (the controller and each worker).
 nbval: setup
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+		-p no:hypothesispytest -p no:pytest_cov -p no:playwright -p no:base_url -p no:anyio \
 		$(XDIST) book/notebooks
 
+# Every browser test is in tests/test_site.py (collecting the others would import them).
 browser: setup
-	$(PY) -m pytest tests -m browser
+	$(PY) -m pytest tests/test_site.py -m browser \
+		-p no:nbval -p no:hypothesispytest -p no:pytest_cov -p no:xdist -p no:anyio
 
 # The site build and the browser tests run beside the unit tests and nbval (they wait
 # on the browser more than they compute); the stage times are printed at the end.
@@ -80,8 +85,8 @@ test: setup
 	$(PY) tests/stages.py \
 		"lint=$(MAKE) --no-print-directory lint" \
 		"site+browser=$(MAKE) --no-print-directory site-build browser &" \
-		"unit=$(MAKE) --no-print-directory unit" \
-		"nbval=$(MAKE) --no-print-directory nbval"
+		"nbval=$(MAKE) --no-print-directory nbval &" \
+		"unit=$(MAKE) --no-print-directory unit"
 	@echo "make test: every check passed"
 
 # The stored outputs must not depend on the CPU: nbval again, as if on two other CPUs.

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from figures import rendered, svg
 from matplotlib.axes import Axes
 from matplotlib.collections import PatchCollection
 from matplotlib.colors import to_rgba
@@ -23,7 +23,7 @@ from mha.draw.style import (
     MAX_WIDTH,
     head_text_color,
 )
-from mha.notebook import SVG_METADATA, setup_figures
+from mha.notebook import setup_figures
 
 SRC = ["You", "are", "welcome"]
 TGT = ["<bos>", "De", "nada"]
@@ -87,11 +87,6 @@ def fmt(a: np.ndarray, decimals: int = 2) -> list[str]:
     """What a cell shows for each value of ``a``: rounded, never ``-0.00``."""
     return [f"{np.round(v, decimals) + 0.0:.{decimals}f}" for v in np.ravel(a)]
 
-
-def svg(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata=SVG_METADATA, bbox_inches="tight")
-    return buf.getvalue()
 
 
 # --- colours -----------------------------------------------------------------------------
@@ -826,8 +821,7 @@ def test_bold_head_titles_of_narrow_grids_do_not_overlap():
     grids = [Grid(face=np.ones((2, 1, 4)), title=title, title_color=draw.head_color(h))
              for h in range(3)]
     fig, axes = compose([grids])
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    renderer = rendered(fig)
     boxes = [ax.title.get_window_extent(renderer) for ax in axes]
     for left, right in zip(boxes[:-1], boxes[1:], strict=True):
         assert left.x1 <= right.x0, (left, right)

@@ -8,7 +8,6 @@ palette and colour maps.
 
 from __future__ import annotations
 
-import io
 import math
 import re
 
@@ -16,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from figures import rendered, svg
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
@@ -26,7 +26,7 @@ import mha
 from mha import draw
 from mha.draw import positions
 from mha.draw.style import BLOCKED_FILL, MAX_WIDTH, head_text_color
-from mha.notebook import SVG_METADATA, setup_figures
+from mha.notebook import setup_figures
 
 
 @pytest.fixture(autouse=True)
@@ -86,11 +86,6 @@ def faces(ax: Axes, shape: tuple[int, int]) -> np.ndarray:
     (coll,) = [c for c in ax.collections if c.get_gid() == "cells"]
     return np.asarray(coll.get_facecolors()).reshape(*shape, 4)
 
-
-def svg(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata=SVG_METADATA, bbox_inches="tight")
-    return buf.getvalue()
 
 
 # ============================================================================== RoPE
@@ -387,7 +382,7 @@ def test_same_inputs_give_byte_identical_svg(name):
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_figures_fit_the_text_width_with_readable_fonts(name):
     fig = BUILDERS[name]()
-    fig.canvas.draw()  # the constrained layout runs at drawing time
+    renderer = rendered(fig)  # the constrained layout runs at drawing time
     width, _ = fig.get_size_inches()
     assert width <= MAX_WIDTH + 1e-9
     sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip()]
@@ -395,7 +390,7 @@ def test_figures_fit_the_text_width_with_readable_fonts(name):
     assert fig.get_facecolor() == to_rgba("white")
     assert len(draw.alt_text(fig)) > 40
     # what the book shows is the tight box around everything drawn: that must fit too
-    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    box = fig.get_tightbbox(renderer)  # inches
     assert box.width <= MAX_WIDTH + 1e-9
 
 

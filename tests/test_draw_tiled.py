@@ -7,13 +7,13 @@ softmax against a TileTrace recorded here and against the softmax of the whole r
 
 from __future__ import annotations
 
-import io
 import math
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from figures import rendered, svg
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
@@ -23,7 +23,7 @@ import mha
 from mha import draw
 from mha.draw import tiled
 from mha.draw.style import BLOCKED_FILL, MAX_WIDTH
-from mha.notebook import SVG_METADATA, setup_figures
+from mha.notebook import setup_figures
 
 
 @pytest.fixture(autouse=True)
@@ -64,11 +64,6 @@ def fig_texts(fig: Figure) -> list[str]:
 def fmt(x: float) -> str:
     return f"{np.round(x, 2) + 0.0:.2f}"
 
-
-def svg(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata=SVG_METADATA, bbox_inches="tight")
-    return buf.getvalue()
 
 
 # --------------------------------------------------------------------------- tiles
@@ -402,8 +397,7 @@ def test_figures_fit_the_text_width_with_readable_fonts(name):
 def test_nothing_drawn_outside_the_figure(name):
     # Every text (labels, step texts, legends) lies inside the figure's canvas.
     fig = BUILDERS[name]()
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    renderer = rendered(fig)
     width, height = fig.bbox.width, fig.bbox.height
     for text in fig.findobj(Text):
         if not text.get_text() or not text.get_visible():

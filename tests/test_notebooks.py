@@ -22,6 +22,10 @@ import pytest
 ROOT = nbtools.ROOT
 PY = sys.executable
 
+# These tests run jupytext, nbclient, nbval and Sphinx, and mha only in kernels and
+# subprocesses: coverage's tracer would slow them by half and measure nothing.
+pytestmark = pytest.mark.no_cover
+
 HEADER = """\
 ---
 jupytext:

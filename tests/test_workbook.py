@@ -17,6 +17,10 @@ from nbtools import _source_text, kernel_env
 
 CHAPTERS = workbook.chapter_names()
 
+# The workbook is built with jupytext and run in a kernel: no mha code runs in this
+# process, so coverage's tracer would only slow these tests down.
+pytestmark = pytest.mark.no_cover
+
 
 def solutions(name: str) -> tuple[list, list[str]]:
     """The code cells inside the chapter's solutions, and the lines of code outside."""
