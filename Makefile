@@ -68,24 +68,28 @@ check-notebooks: setup
 	$(PY) tests/nbtools.py check
 
 # Plugins a stage has no use for are not loaded: each costs up to a second of start-up
-# in every process (the controller and each worker).
+# in every process (the controller and each worker). Alone, nbval takes two workers;
+# `make test` runs it in one process beside the unit tests, which keep both cores busy.
+NBVAL_XDIST ?= $(XDIST)
 nbval: setup
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		-p no:hypothesispytest -p no:pytest_cov -p no:playwright -p no:base_url -p no:anyio \
-		$(XDIST) book/notebooks
+		$(NBVAL_XDIST) book/notebooks
 
 # Every browser test is in tests/test_site.py (collecting the others would import them).
 browser: setup
 	$(PY) -m pytest tests/test_site.py -m browser \
 		-p no:nbval -p no:hypothesispytest -p no:pytest_cov -p no:xdist -p no:anyio
 
-# The site build and the browser tests run beside the unit tests and nbval (they wait
-# on the browser more than they compute); the stage times are printed at the end.
+# Three stages side by side, so that both cores stay busy to the end: the site build
+# and the browser tests (which wait on the browser more than they compute), nbval
+# (one notebook at a time), and the unit tests on two workers. Each stage's time is
+# printed at the end.
 test: setup
 	$(PY) tests/stages.py \
 		"lint=$(MAKE) --no-print-directory lint" \
 		"site+browser=$(MAKE) --no-print-directory site-build browser &" \
-		"nbval=$(MAKE) --no-print-directory nbval &" \
+		"nbval=$(MAKE) --no-print-directory nbval NBVAL_XDIST='-p no:xdist' &" \
 		"unit=$(MAKE) --no-print-directory unit"
 	@echo "make test: every check passed"
 

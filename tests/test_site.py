@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,16 @@ def test_every_chapter_page_was_built(served_site):
         assert (HTML / "book" / "notebooks" / f"{name}.html").exists(), name
 
 
+def test_front_door_leads_to_the_first_page_and_names_the_tab_icon(served_site):
+    """index.html (book/_ext/offline_site.py) redirects to the book's first page and
+    names the icon, so that no browser asks for a /favicon.ico the site does not have."""
+    front = (HTML / "index.html").read_text()
+    target = re.search(r'url=([^"]+)"', front).group(1)
+    icon = re.search(r'rel="icon" href="([^"]+)"', front).group(1)
+    assert (HTML / target).exists() and target == "book/intro.html"
+    assert (HTML / icon).exists() and "<title>Multi-head attention" in front
+
+
 def test_math_is_rendered_somewhere(page, served_site):
     """The notation chapter has display math: it must come out typeset, not raw."""
     page.goto(f"{served_site}/book/notebooks/01_notation.html", wait_until="networkidle")
@@ -142,7 +153,9 @@ def test_checker_catches_a_bad_page(desktop, tmp_path):
 
 def test_checker_passes_a_clean_page(desktop, tmp_path):
     (tmp_path / "good.html").write_text(
-        '<!doctype html><html><body><p>Hello</p><img src="ok.svg" alt="a square"></body></html>'
+        # A page without a tab icon would make the browser ask for /favicon.ico (a 404).
+        '<!doctype html><html><head><link rel="icon" href="ok.svg"></head>'
+        '<body><p>Hello</p><img src="ok.svg" alt="a square"></body></html>'
     )
     (tmp_path / "ok.svg").write_text(OK_SVG)
     with site_check.serve(tmp_path) as origin:
