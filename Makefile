@@ -61,7 +61,8 @@ lint: setup
 XDIST := -n 2 --dist loadfile
 
 unit: setup
-	$(PY) -m pytest tests -m "not browser" -n 2 --dist worksteal \
+	$(PY) -m pytest tests --ignore=tests/test_site.py -m "not browser" -n 2 --dist worksteal \
+		-p no:nbval -p no:playwright -p no:base_url -p no:anyio \
 		--cov=mha --cov-report=term --cov-fail-under=95
 
 check-notebooks: setup
