@@ -38,6 +38,19 @@ def check_positive_int(value: object, name: str) -> int:
     return int(value)
 
 
+def check_queries_and_keys(size: object, num_keys: object) -> tuple[int, int]:
+    """``(T, S)`` for a mask or bias of the last ``size`` of ``num_keys`` positions
+    (``num_keys`` None: as many keys as queries)."""
+    size = check_positive_int(size, "size")
+    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
+    if num_keys < size:
+        raise ValueError(
+            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
+            "last of the key positions"
+        )
+    return size, num_keys
+
+
 def check_non_negative_int(value: object, name: str) -> int:
     """Return ``value`` as an ``int`` if it is an integer >= 0 (``bool`` is rejected)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:

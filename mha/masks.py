@@ -26,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from mha._checks import as_bool_mask, as_float_array, check_ndim, check_positive_int
+from mha._checks import (
+    as_bool_mask,
+    as_float_array,
+    check_ndim,
+    check_positive_int,
+    check_queries_and_keys,
+)
 
 __all__ = [
     "causal_mask",
@@ -63,13 +69,7 @@ def causal_mask(size: int, num_keys: int | None = None) -> np.ndarray:
         left, which is a different mask when ``T != S``.) Broadcasts against
         ``(B, H, T, S)``.
     """
-    size = check_positive_int(size, "size")
-    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
-    if num_keys < size:
-        raise ValueError(
-            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
-            "last of the key positions"
-        )
+    size, num_keys = check_queries_and_keys(size, num_keys)
     return np.tril(np.ones((size, num_keys), dtype=bool), k=num_keys - size)
 
 
@@ -99,14 +99,8 @@ def sliding_window_mask(size: int, window: int, num_keys: int | None = None) -> 
         ``S - T + t`` and key ``s`` is at most ``window - 1`` positions behind it. The
         band is aligned to the bottom right. Broadcasts against ``(B, H, T, S)``.
     """
-    size = check_positive_int(size, "size")
+    size, num_keys = check_queries_and_keys(size, num_keys)
     window = check_positive_int(window, "window")
-    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
-    if num_keys < size:
-        raise ValueError(
-            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
-            "last of the key positions"
-        )
     query_pos = np.arange(num_keys - size, num_keys)[:, None]  # (T, 1)
     key_pos = np.arange(num_keys)[None, :]  # (1, S)
     distance = query_pos - key_pos  # (T, 1) - (1, S) -> (T, S): how far back each key is

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha._checks import check_positive_int
+from mha._checks import check_positive_int, check_queries_and_keys
 
 __all__ = ["KVCache", "MultiHeadAttention", "alibi_bias", "alibi_slopes", "apply_rope"]
 
@@ -234,11 +234,17 @@ class MultiHeadAttention(nn.Module):
                 f"mask must be a bool tensor (True = may attend), got {kind}; "
                 "convert additive float masks with mha.masks.from_additive_mask"
             )
+        self._check_fits_scores("mask", mask, query, key, cached)
+
+    def _check_fits_scores(
+        self, name: str, t: Tensor, query: Tensor, key: Tensor, cached: int
+    ) -> None:
+        """One shape rule for the mask and the bias: see :func:`_fits_scores`."""
         B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
         target = (B, self.num_heads, T, S)
-        if not _fits_scores(mask, target):
+        if not _fits_scores(t, target):
             raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T, S) = "
+                f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, T, S) = "
                 f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
             )
 
@@ -274,13 +280,7 @@ class MultiHeadAttention(nn.Module):
                 f"bias must be a float tensor (added to the scaled scores), got {kind}; "
                 "a bool mask goes in mask="
             )
-        B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
-        target = (B, self.num_heads, T, S)
-        if not _fits_scores(bias, target):  # the same rule as for the mask
-            raise ValueError(
-                f"bias of shape {tuple(bias.shape)} does not broadcast to (B, H, T, S) = "
-                f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
-            )
+        self._check_fits_scores("bias", bias, query, key, cached)
         if not bool(torch.isfinite(bias).all()):
             raise ValueError(
                 f"bias (shape {tuple(bias.shape)}) must be finite: block keys with the "
@@ -586,13 +586,7 @@ def alibi_bias(
     Tensor
         ``(H, T, S)``, ``<= 0``, for the ``bias`` of :meth:`MultiHeadAttention.forward`.
     """
-    size = check_positive_int(size, "size")
-    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
-    if num_keys < size:
-        raise ValueError(
-            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
-            "last of the key positions"
-        )
+    size, num_keys = check_queries_and_keys(size, num_keys)
     slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
     queries = torch.arange(num_keys - size, num_keys, device=device)  # (T,)
     keys = torch.arange(num_keys, device=device)  # (S,)

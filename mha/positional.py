@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mha._checks import as_float_array, check_positive_int
+from mha._checks import as_float_array, check_positive_int, check_queries_and_keys
 
 __all__ = [
     "alibi_bias",
@@ -270,13 +270,7 @@ def alibi_bias(
         Zero on the query's own position, ``<= 0`` everywhere; broadcasts against the
         scores ``(B, H, T, S)``.
     """
-    size = check_positive_int(size, "size")
-    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
-    if num_keys < size:
-        raise ValueError(
-            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
-            "last of the key positions"
-        )
+    size, num_keys = check_queries_and_keys(size, num_keys)
     slopes = alibi_slopes(num_heads)  # (H,)
     queries = np.arange(num_keys - size, num_keys)  # (T,) positions of the last T
     keys = np.arange(num_keys)  # (S,)

@@ -35,3 +35,22 @@ def test_a_failing_stage_stops_the_run_and_is_named():
     assert result.returncode == 3
     assert "stage 'second' failed (exit 3)" in result.stderr
     assert "never" not in result.stdout
+
+
+def test_a_browser_test_outside_test_site_is_refused():
+    """`make unit` leaves browser tests out and `make browser` runs tests/test_site.py
+    only: tests/conftest.py refuses a browser test anywhere else."""
+    import conftest
+    import pytest
+
+    class Item:
+        def __init__(self, path: str, browser: bool):
+            self.path, self.nodeid, self.browser = Path(path), f"{path}::test_x", browser
+
+        def get_closest_marker(self, name: str):
+            return object() if name == "browser" and self.browser else None
+
+    fine = [Item("tests/test_site.py", True), Item("tests/test_masks.py", False)]
+    conftest.pytest_collection_modifyitems(None, fine)  # nothing raised
+    with pytest.raises(pytest.UsageError, match=r"tests/test_other.py::test_x"):
+        conftest.pytest_collection_modifyitems(None, [*fine, Item("tests/test_other.py", True)])
