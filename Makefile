@@ -11,29 +11,44 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-STAMP := $(VENV)/.installed
+# The environment is (re)installed when requirements.txt or pyproject.toml change in
+# content: a checkout that only gives them a new file time reinstalls nothing.
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
+# JupyterLab opens a chapter's .md as a notebook on a double-click (this venv only).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 MATHJAX := book/_vendor/site/_vendor/mathjax/tex-chtml.js
 NB ?=
 # The kernels nbval starts must not use the Agg backend, nor warn about frozen modules.
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help setup book test portability workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
+.PHONY: help venv setup book test portability workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
 	@echo "make test        run every test: lint, unit, notebooks, nbval, strict build, browser"
-	@echo "make portability nbval over every notebook on simulated older CPUs (CI runs it too)"
+	@echo "make portability unit tests and nbval again on simulated older CPUs (CI runs it too)"
 	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
 	@echo "make workbook    write the exercises without solutions to workbook/ (REFRESH=1 rewrites)"
 	@echo "make lab         open the book in JupyterLab"
 
-$(STAMP): requirements.txt pyproject.toml
+# PyPI's Linux wheel of torch brings several GB of CUDA libraries. With
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu the CPU-only build of the pinned
+# version is installed first, and the pin accepts it (2.13.0+cpu is 2.13.0).
+TORCH_INDEX ?=
+TORCH_PIN := $(shell grep '^torch==' requirements.txt)
+
+$(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
+
+# What running and writing chapters needs: the Python environment only.
+venv: $(STAMP)
 
 # MathJax comes from the npm registry at set-up time and is served by the site itself.
 $(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
@@ -42,7 +57,8 @@ $(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
 	cp -r book/_vendor/node_modules/mathjax/es5 book/_vendor/site/_vendor/mathjax
 	touch $(MATHJAX)
 
-setup: $(STAMP) $(MATHJAX)
+# What building the site needs besides: MathJax.
+setup: venv $(MATHJAX)
 
 book: setup site-build
 	@echo "site: _build/html/index.html"
@@ -52,7 +68,7 @@ site-build: setup
 	rm -rf _build/html _build/.doctrees
 	$(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
 
-lint: setup
+lint: venv
 	$(BIN)/ruff check mha tests book/notebooks book/_ext
 
 # Two workers (this machine has two cores). nbval needs each notebook whole on one
@@ -60,25 +76,28 @@ lint: setup
 # (a module fixture may then be built once per worker).
 XDIST := -n 2 --dist loadfile
 
-unit: setup
-	$(PY) -m pytest tests --ignore=tests/test_site.py -m "not browser" -n 2 --dist worksteal \
-		-p no:nbval -p no:playwright -p no:base_url -p no:anyio \
-		--cov=mha --cov-report=term --cov-fail-under=95
+# `make portability` runs the same stage on simulated CPUs without the tooling tests
+# (UNIT_IGNORE) and without coverage (COV).
+UNIT_IGNORE ?= tests/test_site.py
+COV ?= --cov=mha --cov-report=term --cov-fail-under=95
+unit: venv
+	$(PY) -m pytest tests $(addprefix --ignore=,$(UNIT_IGNORE)) -m "not browser" \
+		-n 2 --dist worksteal -p no:nbval -p no:playwright -p no:base_url -p no:anyio $(COV)
 
-check-notebooks: setup
+check-notebooks: venv
 	$(PY) tests/nbtools.py check
 
 # Plugins a stage has no use for are not loaded: each costs up to a second of start-up
 # in every process (the controller and each worker). Alone, nbval takes two workers;
 # `make test` runs it in one process beside the unit tests, which keep both cores busy.
 NBVAL_XDIST ?= $(XDIST)
-nbval: setup
+nbval: venv
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		-p no:hypothesispytest -p no:pytest_cov -p no:playwright -p no:base_url -p no:anyio \
 		$(NBVAL_XDIST) book/notebooks
 
 # Every browser test is in tests/test_site.py (collecting the others would import them).
-browser: setup
+browser: venv
 	$(PY) -m pytest tests/test_site.py -m browser \
 		-p no:nbval -p no:hypothesispytest -p no:pytest_cov -p no:xdist -p no:anyio
 
@@ -94,22 +113,29 @@ test: setup
 		"unit=$(MAKE) --no-print-directory unit"
 	@echo "make test: every check passed"
 
-# The stored outputs must not depend on the CPU: nbval again, as if on two other CPUs.
-portability: setup
+# Neither the unit tests nor the stored outputs may depend on the CPU: both again, as
+# if on two other CPUs.
+portability: venv
 	$(PY) tests/simulated_cpu.py
 
-notebooks: setup
+notebooks: venv
 	$(PY) tests/nbtools.py regen $(NB)
 
 # One notebook per chapter, solutions removed, stubs checked by mha.exercises. A file
 # that exists is the learner's work and is kept unless REFRESH=1 (then backed up).
-workbook: setup
+workbook: venv
 	$(PY) tests/workbook.py $(if $(REFRESH),--refresh) $(NB)
 
-lab: setup
-	$(BIN)/jupyter lab .
+$(LAB_SETTINGS):
+	mkdir -p $(dir $@)
+	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers":' \
+		'  {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' > $@
 
-bench: setup
+# Jupyter refuses to run as root (containers) unless told it may.
+lab: venv $(LAB_SETTINGS)
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) .
+
+bench: venv
 	$(PY) -m mha.bench
 
 clean:

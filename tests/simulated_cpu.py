@@ -1,20 +1,31 @@
-"""Re-run every notebook under nbval as if the book were read on other CPUs.
+"""Re-run the unit tests and every notebook as if on other CPUs.
 
 PyTorch's own kernels (ATen), its BLAS (MKL), oneDNN and NumPy's OpenBLAS each pick
-their code by instruction set. A stored output that changes with that choice would
-pass on the machine that executed the notebooks and fail on a reader's. Four
-environment variables make this machine behave like older CPUs:
+their code by instruction set. A stored output that changes with that choice, or a
+test that compares two differently computed floats exactly, would pass on the machine
+that ran it and fail on a reader's. Four environment variables make this machine
+behave like older CPUs:
 
 * ``ATEN_CPU_CAPABILITY``: ATen's SIMD kernels (``default``, ``avx2``, ``avx512``);
 * ``MKL_CBWR``: MKL's code branch (``COMPATIBLE``, ``AVX2``, ...);
 * ``ONEDNN_MAX_CPU_ISA``: the highest instruction set oneDNN may use;
-* ``OPENBLAS_CORETYPE``: the kernels of NumPy's OpenBLAS.
+* ``OPENBLAS_CORETYPE``: the kernels of NumPy's OpenBLAS;
+* ``NPY_DISABLE_CPU_FEATURES``: NumPy's own SIMD loops (``exp``, ``log``, ``power``,
+  ``tanh``, float32 ``sin``, ...), which give other last bits with AVX-512, with
+  AVX2 and without either. It accepts only the feature groups NumPy dispatches
+  (``X86_V3``, ``X86_V4``, ``AVX512_ICL``, ``AVX512_SPR``); another name stops
+  ``import numpy``.
 
 Every profile asks for less than any x86-64 course machine has, so it can be
 honoured everywhere. Torch ignores an unknown ``ATEN_CPU_CAPABILITY`` without a
-word, and MKL and oneDNN fall back silently too, so before nbval runs, each
-library is asked in a fresh interpreter (with the same environment the kernels
-get) which code it really uses; a profile that did not take effect is an error.
+word, and MKL and oneDNN fall back silently too, so before the tests run, each
+library is asked in a fresh interpreter (with the same environment the tests and
+the kernels get) which code it really uses; a profile that did not take effect is
+an error.
+
+Under each profile, the unit tests (``make unit`` without coverage and without the
+tooling tests in ``TOOLING_TESTS``, which check files and commands, not numbers) run
+beside nbval over every notebook, as in ``make test``.
 
 Usage: ``python tests/simulated_cpu.py [PROFILE ...]`` (all profiles by default).
 """
@@ -24,12 +35,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nbtools  # noqa: E402
+import stages  # noqa: E402
+
+# Tests of the book's tooling (notebook pairing, the workbook, the layering of mha, the
+# stage runner, the site): what they check does not depend on the CPU.
+TOOLING_TESTS = [
+    "tests/test_layers_of_mha.py",
+    "tests/test_notebooks.py",
+    "tests/test_site.py",
+    "tests/test_stages.py",
+    "tests/test_workbook.py",
+]
 
 PROFILES: dict[str, dict[str, str]] = {
     # A laptop or server of the last decade: AVX2 everywhere.
@@ -38,6 +59,7 @@ PROFILES: dict[str, dict[str, str]] = {
         "MKL_CBWR": "AVX2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "OPENBLAS_CORETYPE": "Haswell",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
     },
     # The oldest code paths: no SIMD kernels in ATen, MKL's compatible branch.
     "baseline": {
@@ -45,19 +67,24 @@ PROFILES: dict[str, dict[str, str]] = {
         "MKL_CBWR": "COMPATIBLE",
         "ONEDNN_MAX_CPU_ISA": "SSE41",
         "OPENBLAS_CORETYPE": "Prescott",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
     },
 }
 
 # What each library reports when the profile took effect.
 EXPECTED = {
-    "avx2": {"aten": "AVX2", "mkl": "CNR:AVX2", "onednn": "isa:Intel AVX2"},
-    "baseline": {"aten": "DEFAULT", "mkl": "CNR:COMPATIBLE", "onednn": "isa:Intel SSE4.1"},
+    "avx2": {"aten": "AVX2", "mkl": "CNR:AVX2", "onednn": "isa:Intel AVX2", "numpy": "X86_V3"},
+    "baseline": {
+        "aten": "DEFAULT", "mkl": "CNR:COMPATIBLE", "onednn": "isa:Intel SSE4.1",
+        "numpy": "X86_V2",
+    },
 }
 
 PROBE = r"""
 import ctypes, glob, json, os, sys
 import numpy as np
 import torch
+from numpy._core._multiarray_umath import __cpu_features__ as features
 
 a = torch.randn(64, 64)
 a @ a  # MKL's SGEMM: MKL_VERBOSE names the code branch (CNR:...)
@@ -71,7 +98,11 @@ for lib in libs:
             fn.restype = ctypes.c_char_p
             core = fn().decode()
 sys.stdout.flush()
-print(json.dumps({"aten": torch.backends.cpu.get_cpu_capability(), "openblas": core}))
+# NumPy's own loops: the highest feature group it dispatches to
+groups = [g for g in ("AVX512_SPR", "AVX512_ICL", "X86_V4", "X86_V3") if features.get(g)]
+numpy_simd = groups[0] if groups else "X86_V2"
+print(json.dumps({"aten": torch.backends.cpu.get_cpu_capability(), "openblas": core,
+                  "numpy": numpy_simd}))
 """
 
 
@@ -95,23 +126,60 @@ def probe(env: dict[str, str]) -> dict[str, str]:
     return found
 
 
+def cpu_vendor() -> str:
+    """``GenuineIntel``, ``AuthenticAMD``, ... (empty where /proc/cpuinfo says none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.startswith("vendor_id")), "")
+
+
+def expected(name: str, vendor: str) -> dict[str, str]:
+    """What each library should report under profile ``name`` on this CPU's vendor.
+
+    MKL takes a code branch other than ``COMPATIBLE`` only on Intel CPUs: on an AMD
+    EPYC, ``MKL_CBWR=AVX2`` (or ``AVX``, ``AVX512``) leaves it on ``AUTO``, its own
+    choice for that CPU, which no variable changes.
+    """
+    want = dict(EXPECTED[name])
+    if vendor != "GenuineIntel" and want["mkl"] != "CNR:COMPATIBLE":
+        want["mkl"] = "CNR:AUTO"
+    return want
+
+
 def check_profile(name: str, env: dict[str, str]) -> list[str]:
     """Problems with ``name``: each library must report what the profile asked for."""
     found = probe(env)
+    vendor = cpu_vendor()
+    want = expected(name, vendor)
     problems = [
-        f"{name}: {lib} reports {found[lib]!r}, expected {want!r}"
-        for lib, want in EXPECTED[name].items()
-        if found[lib] != want
+        f"{name}: {lib} reports {found[lib]!r}, expected {value!r}"
+        for lib, value in want.items()
+        if found[lib] != value
     ]
+    if want["mkl"] != EXPECTED[name]["mkl"]:
+        print(f"simulated CPU {name!r}: MKL keeps its own branch on this {vendor or 'CPU'} "
+              f"(MKL_CBWR={PROFILES[name]['MKL_CBWR']} is honoured on Intel CPUs only)")
     native = probe(nbtools.kernel_env())["openblas"]
     if found["openblas"] == native and native != PROFILES[name]["OPENBLAS_CORETYPE"]:
         problems.append(f"{name}: OpenBLAS still uses its native core {native!r}")
     print(
         f"simulated CPU {name!r}: ATen {found['aten']}, MKL {found['mkl']}, "
-        f"oneDNN {found['onednn']}, OpenBLAS {found['openblas']}",
+        f"oneDNN {found['onednn']}, OpenBLAS {found['openblas']}, NumPy {found['numpy']}",
         flush=True,
     )
     return problems
+
+
+def stage_commands() -> list[str]:
+    """``make test``'s unit and nbval stages, side by side (see tests/stages.py)."""
+    make = "make --no-print-directory"
+    return [
+        f"unit={make} unit UNIT_IGNORE='{' '.join(TOOLING_TESTS)}' COV='-p no:pytest_cov' &",
+        f"nbval={make} nbval NBVAL_XDIST='-p no:xdist'",
+    ]
 
 
 def run(names: list[str]) -> int:
@@ -123,21 +191,15 @@ def run(names: list[str]) -> int:
             print("\n".join(problems), file=sys.stderr)
             failed.append(name)
             continue
-        start = time.perf_counter()
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env",
-             "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-n", "2",
-             "--dist", "loadfile", "-q", "book/notebooks"],
-            env=env, cwd=ROOT, check=False,
-        )
-        print(f"simulated CPU {name!r}: nbval exit {result.returncode} "
-              f"in {time.perf_counter() - start:.0f} s", flush=True)
-        if result.returncode != 0:
+        code = stages.run(stage_commands(), env=env)
+        print(f"simulated CPU {name!r}: exit {code}", flush=True)
+        if code != 0:
             failed.append(name)
     if failed:
-        print(f"notebooks differ on simulated CPUs: {', '.join(failed)}", file=sys.stderr)
+        print(f"tests or notebooks fail on simulated CPUs: {', '.join(failed)}",
+              file=sys.stderr)
     else:
-        print(f"every notebook passed nbval on simulated CPUs: {', '.join(names)}")
+        print(f"the unit tests and every notebook passed on simulated CPUs: {', '.join(names)}")
     print(f"portability: {len(names) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 

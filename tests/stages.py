@@ -25,7 +25,8 @@ def _parse(arg: str) -> tuple[str, str]:
     return name.strip(), command.strip()
 
 
-def run(stages: list[str]) -> int:
+def run(stages: list[str], env: dict[str, str] | None = None) -> int:
+    """Run the stages in order (``env``: their environment, this one's by default)."""
     timings: list[tuple[str, float, str]] = []
     background: list[tuple[str, subprocess.Popen, object, float, dict]] = []
     start_all = time.perf_counter()
@@ -51,7 +52,7 @@ def run(stages: list[str]) -> int:
             name, command = _parse(arg[:-1])
             log = tempfile.TemporaryFile("w+")
             print(f"--- {name} (started in the background)", flush=True)
-            proc = subprocess.Popen(command, shell=True, cwd=ROOT, stdout=log,
+            proc = subprocess.Popen(command, shell=True, cwd=ROOT, stdout=log, env=env,
                                     stderr=subprocess.STDOUT, executable="/bin/bash")
             ended: dict = {}
 
@@ -66,7 +67,8 @@ def run(stages: list[str]) -> int:
         name, command = _parse(arg)
         print(f"--- {name}", flush=True)
         started = time.perf_counter()
-        code = subprocess.run(command, shell=True, cwd=ROOT, executable="/bin/bash").returncode
+        code = subprocess.run(command, shell=True, cwd=ROOT, env=env,
+                              executable="/bin/bash").returncode
         timings.append((name, time.perf_counter() - started, ""))
         if code != 0:
             finish_background()

@@ -50,7 +50,7 @@ def test_as_many_kv_heads_is_an_exact_copy(need_weights):
     x, mask = inputs()
     got, _ = same(x, x, x, mask=mask, need_weights=need_weights)
     want, _ = m(x, x, x, mask=mask, need_weights=need_weights)
-    assert torch.equal(got, want)
+    assert torch.equal(got, want)  # the same weights through the same code path
 
 
 def test_one_kv_head_is_the_mean_of_all_heads():
@@ -63,6 +63,7 @@ def test_one_kv_head_is_the_mean_of_all_heads():
         bias = sum(b for _, b in heads) / 4
         torch.testing.assert_close(getattr(mqa, name).weight, weight, **CLOSE)
         torch.testing.assert_close(getattr(mqa, name).bias, bias, **CLOSE)
+    # copied unchanged
     assert torch.equal(mqa.W_q.weight, m.W_q.weight) and torch.equal(mqa.W_o.bias, m.W_o.bias)
 
 
@@ -140,6 +141,7 @@ def test_relative_output_change_is_the_norm_ratio():
     change = relative_output_change(m, mqa, x, mask=mask)
     assert change == pytest.approx(expected, rel=1e-12)
     assert change > 0.01  # random heads differ: their mean is a real approximation
+    # exact: pooling 4 heads into 4 copies them, and the copy runs the same computation
     assert relative_output_change(m, mean_pool_kv_heads(m, 4), x, mask=mask) == 0.0
     # Cross-attention: key (and by default value) from another sequence.
     memory, _ = inputs(length=7, seed=3)
@@ -193,7 +195,7 @@ def test_every_attention_of_a_transformer_is_pooled_in_a_copy():
     src = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])
     tgt = torch.tensor([[1, 5, 6], [1, 7, 0]])
     same = mean_pool_all_kv_heads(model, 4)
-    assert torch.equal(same(src, tgt), model(src, tgt))
+    assert torch.equal(same(src, tgt), model(src, tgt))  # copied weights, same code path
     assert not torch.allclose(grouped(src, tgt), model(src, tgt))
     # The grouped copy decodes with a cache just as well: the cache holds its one kv head.
     memory, _ = grouped.encode(src)

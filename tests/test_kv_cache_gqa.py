@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from numerics import assert_same_greedy_tokens
 
 import mha
 from mha import convert
@@ -108,6 +109,8 @@ def test_as_many_kv_heads_as_heads_is_multi_head_attention():
     assert grouped.W_k.weight.shape == plain.W_k.weight.shape == (12, 12)
     grouped.load_state_dict(plain.state_dict())
     x = torch.randn(2, 5, 12, dtype=torch.float64)
+    # exact: with one query head per key/value head nothing is repeated, and the module
+    # takes the same code path as without grouping
     assert torch.equal(grouped(x, x, x)[0], plain(x, x, x)[0])
 
 
@@ -151,7 +154,7 @@ def test_specification_equals_the_module_for_grouped_heads(kv_dim):
     np.testing.assert_allclose(t_out.numpy(), out, **CLOSE)
     np.testing.assert_allclose(t_w.numpy(), weights, **CLOSE)
     back = convert.params_from_module(ours)
-    assert back.kv_dim == kv_dim and np.array_equal(back.W_k, params.W_k)
+    assert back.kv_dim == kv_dim and np.array_equal(back.W_k, params.W_k)  # copied
 
 
 @pytest.mark.parametrize("kv_dim", [12, 3])
@@ -220,8 +223,6 @@ def test_translations_with_and_without_the_cache_are_identical():
     sentences = [list(e.source) for e in corpus.heldout + corpus.compositional]
     src = translator.source_ids(sentences)
     vocab = translator.tgt_vocab
-    with torch.no_grad():
-        cached = tr.greedy_decode(translator.model, src, vocab.bos_id, vocab.eos_id)
-        plain = tr.greedy_decode(translator.model, src, vocab.bos_id, vocab.eos_id,
-                                 use_cache=False)  # fmt: skip
-    assert torch.equal(cached, plain)
+    # float32 logits of magnitude <= 8 (one ulp: 1e-6): the two paths differ by about
+    # 1e-5; the closest choice of these 2000 sentences is won by more than 3.
+    assert_same_greedy_tokens(translator.model, src, vocab.bos_id, vocab.eos_id, atol=1e-4)

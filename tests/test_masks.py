@@ -1,4 +1,9 @@
-"""mha.masks: the masks themselves, and that the converters mean what PyTorch means."""
+"""mha.masks: the masks themselves, and that the converters mean what PyTorch means.
+
+Masks are booleans and additive masks hold only 0 and the fill value (-inf, -1e9):
+exact comparisons throughout. Attention outputs of the two implementations are
+compared with a tolerance (``assert_same``).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from mha import (
     to_torch_key_padding_mask,
 )
 
+# Outputs of magnitude <= 4 in float64 (one ulp: 9e-16) agree to about 1e-15; a mask
+# misread moves them by far more. 1e-10 lies well between the two.
 ATOL64 = 1e-10
 
 
@@ -40,6 +47,25 @@ def test_causal_mask() -> None:
     np.testing.assert_array_equal(causal_mask(3), expected)
     assert causal_mask(1).tolist() == [[True]]
     assert causal_mask(5).dtype == np.bool_
+
+
+@pytest.mark.parametrize(("size", "num_keys"), [(1, 1), (1, 4), (3, 3), (2, 5), (4, 7), (5, 6)])
+def test_causal_mask_with_more_keys_is_aligned_to_the_bottom_right(
+    size: int, num_keys: int
+) -> None:
+    """The queries are the last T of S positions (after a KV cache of S - T): query t
+    sits at position S - T + t and may attend to keys 0 .. S - T + t, no later one. The
+    top-left alignment of PyTorch's ``is_causal`` would hide keys a query must see."""
+    mask = causal_mask(size, num_keys=num_keys)
+    offset = num_keys - size  # positions already cached before the first query
+    expected = np.array(
+        [[key <= offset + query for key in range(num_keys)] for query in range(size)]
+    )  # (T, S), by the definition
+    assert mask.shape == (size, num_keys) and mask.dtype == np.bool_
+    np.testing.assert_array_equal(mask, expected)
+    # The same rows as the whole sequence's mask: its last T.
+    np.testing.assert_array_equal(mask, causal_mask(num_keys)[offset:])
+    assert mask[-1].all()  # the newest query sees every key, itself included
 
 
 def test_causal_mask_is_the_inverse_of_torch_square_subsequent_mask() -> None:
@@ -162,7 +188,8 @@ def test_key_padding_mask_means_the_same_in_torch(setup) -> None:
     ours = multi_head_attention(x, x, x, params, num_heads, mask)
     theirs = run_torch(module, x, key_padding_mask=t(to_torch_key_padding_mask(mask)))
     assert_same(ours, theirs)
-    assert np.all(theirs[1][1, :, :, 2:] == 0)  # torch also blocks the padded keys
+    # torch also blocks the padded keys: exp(-inf) is exactly 0
+    assert np.all(theirs[1][1, :, :, 2:] == 0)
     # and the inverse: a torch key_padding_mask read back gives the same result
     kpm = np.array([[False] * 5, [False, False, True, True, True], [False] * 4 + [True]])
     ours = multi_head_attention(x, x, x, params, num_heads, from_torch_key_padding_mask(kpm))

@@ -9,12 +9,14 @@ softmax), and ``F.scaled_dot_product_attention`` with a float ``attn_mask``.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from numerics import EPS64, assert_same_greedy_tokens
 
 import mha
 from mha import convert
@@ -97,6 +99,7 @@ def test_rope_keeps_norms_and_position_zero_is_the_identity():
     np.testing.assert_allclose(
         np.linalg.norm(rotated, axis=-1), np.linalg.norm(x, axis=-1), **CLOSE
     )
+    # exact: at position 0, cos = 1 and sin = 0 leave every component as it is
     np.testing.assert_array_equal(mha.apply_rope(x, np.zeros(9, dtype=int)), x)
     assert not np.allclose(rotated[..., 1:, :], x[..., 1:, :])
 
@@ -104,13 +107,16 @@ def test_rope_keeps_norms_and_position_zero_is_the_identity():
 def test_rope_positions_broadcast_and_one_position_at_a_time():
     x = rng(4).normal(size=(2, 3, 6, 4))  # (B, H, L, Dh)
     whole = mha.apply_rope(x, np.arange(6))
+    # The same angles, but NumPy's sin and cos (each within a few ulps) may take
+    # another SIMD path for a slice than for the whole array.
+    close = {"rtol": 0, "atol": 16 * EPS64 * np.abs(x).max()}
     for t in range(6):  # decoding: the new position alone, at its absolute position
         one = mha.apply_rope(x[:, :, t : t + 1], [t])  # (B, H, 1, Dh)
-        np.testing.assert_array_equal(one, whole[:, :, t : t + 1])
+        np.testing.assert_allclose(one, whole[:, :, t : t + 1], **close)
     per_row = np.array([[[0, 1, 2, 3, 4, 5]], [[3, 4, 5, 6, 7, 8]]])  # (B, 1, L)
     got = mha.apply_rope(x, per_row)
-    np.testing.assert_array_equal(got[0], whole[0])
-    np.testing.assert_array_equal(got[1], mha.apply_rope(x[1], np.arange(3, 9)))
+    np.testing.assert_allclose(got[0], whole[0], **close)
+    np.testing.assert_allclose(got[1], mha.apply_rope(x[1], np.arange(3, 9)), **close)
 
 
 def test_rope_keeps_the_dtype():
@@ -216,14 +222,16 @@ def test_torch_rope_refuses_non_tensors():
 def test_alibi_slopes_for_powers_of_two_are_the_papers():
     # "For models with 8 heads, the slopes ... are 1/2^1, 1/2^2, ..., 1/2^8"; for 16
     # heads the sequence starts at and steps by 2^-0.5 (Press et al., 2022, section 3).
-    np.testing.assert_array_equal(mha.alibi_slopes(8), [2.0**-k for k in range(1, 9)])
+    # NumPy's power may run a SIMD kernel accurate to an ulp, not Python's pow.
+    np.testing.assert_allclose(mha.alibi_slopes(8), [2.0**-k for k in range(1, 9)],
+                               rtol=2 * EPS64, atol=0)  # fmt: skip
     np.testing.assert_allclose(mha.alibi_slopes(16), [2.0 ** (-k / 2) for k in range(1, 17)],
                                rtol=1e-15)  # fmt: skip
     for n in (1, 2, 4, 32):
         slopes = mha.alibi_slopes(n)
         start = 2.0 ** (-8 / n)
         np.testing.assert_allclose(slopes, start ** np.arange(1, n + 1), rtol=1e-14)
-        assert slopes[-1] == 2.0**-8
+        assert abs(slopes[-1] / 2.0**-8 - 1) <= 2 * EPS64
 
 
 @pytest.mark.parametrize("num_heads", [3, 5, 6, 7, 12, 20])
@@ -233,7 +241,7 @@ def test_alibi_slopes_for_other_head_counts(num_heads):
     p = 2 ** int(math.log2(num_heads))
     slopes = mha.alibi_slopes(num_heads)
     assert slopes.shape == (num_heads,)
-    np.testing.assert_array_equal(slopes[:p], mha.alibi_slopes(p))
+    np.testing.assert_array_equal(slopes[:p], mha.alibi_slopes(p))  # the same computation
     np.testing.assert_allclose(
         slopes[p:], [2.0 ** (-4 * k / p) for k in range(1, 2 * (num_heads - p), 2)], rtol=1e-14
     )
@@ -252,6 +260,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
     causal = mha.alibi_bias(H, T, num_keys=S)
     symmetric = mha.alibi_bias(H, T, num_keys=S, causal=False)
     assert causal.shape == symmetric.shape == (H, T, S) and causal.dtype == np.float64
+    # exact: one IEEE multiplication of the same operands is rounded the same everywhere
     for h in range(H):
         for t in range(T):
             i = S - T + t  # the queries are the last T of the S positions
@@ -265,7 +274,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
 def test_alibi_bias_of_the_last_queries_is_a_slice_of_the_full_one():
     for causal in (True, False):
         full = mha.alibi_bias(4, 7, causal=causal)
-        for T in (1, 3, 7):
+        for T in (1, 3, 7):  # exact: the same products, elementwise
             np.testing.assert_array_equal(
                 mha.alibi_bias(4, T, num_keys=7, causal=causal), full[:, 7 - T :]
             )
@@ -372,6 +381,7 @@ def test_zero_bias_changes_nothing_and_keeps_float32():
     q, k, v = rng(11).normal(size=(3, 2, 4, 3)).astype(np.float32)
     plain = mha.scaled_dot_product_attention(q, k, v)
     zero = mha.scaled_dot_product_attention(q, k, v, bias=np.zeros((4, 4)))
+    # exact: adding 0.0 leaves each score as it is; the rest is the same computation
     np.testing.assert_array_equal(zero[0], plain[0])
     np.testing.assert_array_equal(zero[1], plain[1])
     assert zero[0].dtype == np.float32  # a float64 bias does not promote the result
@@ -407,7 +417,7 @@ def test_multi_head_attention_bias_goes_into_every_head():
     mask = mha.causal_mask(5)
     steps = mha.multi_head_attention_steps(x, x, x, params, 4, mask=mask, bias=bias)
     expected = np.where(mask, steps.scaled + bias, -np.inf)
-    np.testing.assert_array_equal(steps.masked, expected)
+    np.testing.assert_array_equal(steps.masked, expected)  # the same elementwise sum
     context, weights = mha.scaled_dot_product_attention(
         steps.q_heads, steps.k_heads, steps.v_heads, mask, bias=bias
     )
@@ -675,9 +685,13 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
         assert len(seen[f"cross{i}"]) == 2
         assert all(b is None and r is None for b, r in seen[f"cross{i}"])
         if positions == "alibi":
-            np.testing.assert_array_equal(enc_bias.numpy(), mha.alibi_bias(3, 4, causal=False))
-            np.testing.assert_array_equal(b1.numpy(), mha.alibi_bias(3, 3))
-            np.testing.assert_array_equal(b2.numpy(), mha.alibi_bias(3, 2, num_keys=5))
+            # torch.pow against NumPy's power: slopes within an ulp or two of each other
+            # (exact for 3 heads, powers of two, but not for every head count)
+            close = {"rtol": 4 * EPS64, "atol": 0}
+            np.testing.assert_allclose(enc_bias.numpy(), mha.alibi_bias(3, 4, causal=False),
+                                       **close)  # fmt: skip
+            np.testing.assert_allclose(b1.numpy(), mha.alibi_bias(3, 3), **close)
+            np.testing.assert_allclose(b2.numpy(), mha.alibi_bias(3, 2, num_keys=5), **close)
             assert enc_rope is None and r1 is None and r2 is None
         elif positions == "rope":
             assert enc_rope.tolist() == [0, 1, 2, 3]
@@ -767,7 +781,7 @@ def test_checkpoint_round_trips_the_scheme(tmp_path, positions):
 def test_training_runs_with_each_scheme(positions):
     """A tiny smoke run: the loss falls, and greedy decoding with and without the
     cache gives the same tokens."""
-    from mha.translator import TrainConfig, generate_corpus, greedy_decode, train
+    from mha.translator import TrainConfig, generate_corpus, train
 
     corpus = generate_corpus(0, num_train=300, num_heldout=20, num_compositional=20)
     config = TrainConfig(num_train=300, num_heldout=20, num_compositional=20, steps=30,
@@ -779,6 +793,8 @@ def test_training_runs_with_each_scheme(positions):
     assert np.mean(result.losses[-5:]) < np.mean(result.losses[:5]) - 0.5
     src = result.translator.source_ids([list(e.source) for e in corpus.heldout])
     vocab = result.translator.tgt_vocab
-    cached = greedy_decode(model, src, vocab.bos_id, vocab.eos_id)
-    plain = greedy_decode(model, src, vocab.bos_id, vocab.eos_id, use_cache=False)
-    assert torch.equal(cached, plain)
+    # After 30 steps some choices are close (margins of about 0.01), and the trained
+    # weights differ from CPU to CPU: compare in float64, where the paths differ by
+    # about 1e-15 (logits of magnitude <= 4).
+    model64 = copy.deepcopy(model).double()
+    assert_same_greedy_tokens(model64, src, vocab.bos_id, vocab.eos_id, atol=1e-12)

@@ -1,4 +1,5 @@
-"""tests/stages.py, the runner of `make test`: order, failures, and honest stage times."""
+"""tests/stages.py, the runner of `make test`: order, failures, and honest stage times;
+and how tests/simulated_cpu.py runs those stages on simulated CPUs."""
 
 from __future__ import annotations
 
@@ -54,3 +55,43 @@ def test_a_browser_test_outside_test_site_is_refused():
     conftest.pytest_collection_modifyitems(None, fine)  # nothing raised
     with pytest.raises(pytest.UsageError, match=r"tests/test_other.py::test_x"):
         conftest.pytest_collection_modifyitems(None, [*fine, Item("tests/test_other.py", True)])
+
+
+def test_stages_run_in_the_environment_given(capsys):
+    """tests/simulated_cpu.py runs make test's stages under a simulated CPU's variables:
+    the foreground and the background stage must both see them."""
+    import os
+
+    import stages
+
+    check = 'test "$SIMULATED" = yes'
+    env = {**os.environ, "SIMULATED": "yes"}
+    assert stages.run([f"background={check} &", f"foreground={check}"], env=env) == 0
+    os.environ.pop("SIMULATED", None)
+    assert stages.run([f"foreground={check}"]) == 1
+    assert stages.run([f"background={check} &", "foreground=true"]) == 1
+    capsys.readouterr()
+
+
+def test_simulated_cpus_leave_out_only_existing_tooling_tests():
+    """A renamed tooling test would otherwise be re-run there, and a typo would make
+    `--ignore` skip nothing."""
+    import simulated_cpu
+
+    root = Path(__file__).resolve().parent.parent
+    missing = [name for name in simulated_cpu.TOOLING_TESTS if not (root / name).is_file()]
+    assert not missing
+    unit = next(c for c in simulated_cpu.stage_commands() if c.startswith("unit="))
+    assert all(name in unit for name in simulated_cpu.TOOLING_TESTS)
+
+
+def test_mkl_is_expected_to_keep_its_own_branch_only_off_intel():
+    """MKL_CBWR=AVX2 is honoured on Intel CPUs; elsewhere MKL stays on AUTO (seen on an
+    AMD EPYC), which the probe must accept rather than fail every run there."""
+    import simulated_cpu
+
+    assert simulated_cpu.expected("avx2", "GenuineIntel")["mkl"] == "CNR:AVX2"
+    assert simulated_cpu.expected("avx2", "AuthenticAMD")["mkl"] == "CNR:AUTO"
+    for vendor in ("GenuineIntel", "AuthenticAMD"):
+        assert simulated_cpu.expected("baseline", vendor)["mkl"] == "CNR:COMPATIBLE"
+        assert simulated_cpu.expected("avx2", vendor)["aten"] == "AVX2"

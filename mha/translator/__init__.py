@@ -24,8 +24,8 @@ from mha.translator.checkpoint import (
     save_checkpoint,
 )
 from mha.translator.corpus import Corpus, Example, Vocab, generate_corpus, length_probes
-from mha.translator.decoding import Translator, greedy_decode
-from mha.translator.evaluation import evaluate, exact_match
+from mha.translator.decoding import Translator, greedy_decode, greedy_margins
+from mha.translator.evaluation import closest_deciding_margin, evaluate, exact_match
 from mha.translator.training import (
     TrainConfig,
     TrainResult,
@@ -45,11 +45,13 @@ __all__ = [
     "Translator",
     "Vocab",
     "build_model",
+    "closest_deciding_margin",
     "encode_examples",
     "evaluate",
     "exact_match",
     "generate_corpus",
     "greedy_decode",
+    "greedy_margins",
     "length_probes",
     "load_checkpoint",
     "load_pretrained",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -12,7 +13,19 @@ from mha.threads import num_threads
 from mha.transformer import AttentionMaps, Transformer
 from mha.translator.corpus import FIXED_PHRASES, Vocab, tokenize
 
-__all__ = ["Translator", "greedy_decode"]
+__all__ = ["Translator", "greedy_decode", "greedy_margins"]
+
+
+@contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Run in eval mode (no dropout), then give every submodule back its own mode."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 @torch.no_grad()
@@ -23,13 +36,15 @@ def greedy_decode(
     eos_id: int,
     max_new_tokens: int | None = None,
     use_cache: bool = True,
-) -> Tensor:
+    return_logits: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Translate a batch by always taking the most likely next token.
 
     The source is encoded once. With the KV cache (the default) each step runs the
     decoder on the newest position only: the keys and values of the earlier positions
     are cached, and the memory is projected once; without it the decoder is re-run on
-    the whole growing prefix. Both give the same tokens. A row is finished once it
+    the whole growing prefix. Both give the same tokens, unless two candidates are
+    within rounding of each other (see :func:`greedy_margins`). A row is finished once it
     emits ``eos_id``; decoding stops when every row is finished or after
     ``max_new_tokens`` tokens.
 
@@ -45,36 +60,83 @@ def greedy_decode(
         the longest prefix the positional table allows after ``<s>``.
     use_cache : bool
         Decode with a KV cache (see :meth:`mha.transformer.Transformer.decode`).
+    return_logits : bool
+        Also return the logits each step chose from.
 
     Returns
     -------
-    Tensor
+    ids : Tensor
         ``(B, L)`` generated ids without ``<s>``, ``L <= max_new_tokens``. Each row ends
         at its first ``eos_id``; positions after it hold ``model.pad_id``.
+    logits : Tensor
+        ``(B, L, V)``, only with ``return_logits``: step ``t``'s next-token scores,
+        whose argmax is ``ids[:, t]`` until the row ends (see :func:`greedy_margins`).
     """
     limit = model.max_len - 1
     if max_new_tokens is None:
         max_new_tokens = limit
     if not 1 <= max_new_tokens <= limit:
         raise ValueError(f"max_new_tokens must be in [1, {limit}], got {max_new_tokens}")
-    was_training = model.training
-    model.eval()
+    with _eval_mode(model):
+        return _greedy(model, src, bos_id, eos_id, max_new_tokens, use_cache, return_logits)
+
+
+def _greedy(
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int,
+    use_cache: bool,
+    return_logits: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
     memory, _ = model.encode(src)  # (B, S) -> (B, S, D)
     batch = src.shape[0]
     out = torch.full((batch, 1), bos_id, dtype=torch.long)  # (B, 1): the <s> prefix
     done = torch.zeros(batch, dtype=torch.bool)
     cache = model.new_cache() if use_cache else None
+    steps = []
     for _ in range(max_new_tokens):
         # (B, t) -> (B, t, V), or (B, 1, V) for the newest position with the cache
         logits, _, _ = model.decode(out, memory, src, cache=cache)
+        steps.append(logits[:, -1])  # (B, V)
         nxt = logits[:, -1].argmax(dim=-1)  # (B, V) -> (B,)
         nxt = nxt.masked_fill(done, model.pad_id)  # finished rows only pad
         out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t) -> (B, t + 1)
         done |= nxt == eos_id
         if bool(done.all()):
             break
-    model.train(was_training)
+    if return_logits:
+        return out[:, 1:], torch.stack(steps, dim=1)  # L x (B, V) -> (B, L, V)
     return out[:, 1:]
+
+
+def greedy_margins(ids: Tensor, logits: Tensor, eos_id: int) -> Tensor:
+    """How clearly greedy decoding made each choice: the chosen token's logit minus
+    the runner-up's.
+
+    Two computations of the same logits (with and without the KV cache, or on two
+    CPUs) differ in their last bits; they choose the same tokens as long as every
+    margin is larger than twice that difference. A near-tie is a margin close to it.
+
+    Parameters
+    ----------
+    ids, logits : Tensor
+        ``(B, L)`` and ``(B, L, V)``, as returned by
+        ``greedy_decode(..., return_logits=True)``.
+    eos_id : int
+        End token: after a row's first ``eos_id`` nothing is chosen.
+
+    Returns
+    -------
+    Tensor
+        ``(B, L)`` margins, ``inf`` after each row's end token.
+    """
+    top2 = logits.topk(2, dim=-1).values  # (B, L, V) -> (B, L, 2)
+    margins = top2[..., 0] - top2[..., 1]  # (B, L)
+    is_end = (ids == eos_id).long()  # (B, L)
+    ended = is_end.cumsum(dim=1) - is_end > 0  # an end token at an earlier step
+    return margins.masked_fill(ended, float("inf"))
 
 
 # The only one-word sentences of the corpus ("hello", "please", ...).
@@ -200,7 +262,6 @@ class Translator:
             target = str(self.translate(sentence))
         tgt_words = tokenize(target)
         tgt_in = torch.tensor([self.tgt_vocab.encode(tgt_words, add_bos=True)])  # (1, T)
-        self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), _eval_mode(self.model):
             _, maps = self.model(src, tgt_in, need_weights=True)
         return tokenize(sentence), ["<s>", *tgt_words], maps

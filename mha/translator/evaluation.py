@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mha.translator.corpus import Corpus, Example
-from mha.translator.decoding import Translator
+import torch
 
-__all__ = ["evaluate", "exact_match"]
+from mha.threads import num_threads
+from mha.translator.corpus import Corpus, Example
+from mha.translator.decoding import Translator, _pad, greedy_decode, greedy_margins
+
+__all__ = ["closest_deciding_margin", "evaluate", "exact_match"]
 
 
 def exact_match(
@@ -35,6 +38,37 @@ def exact_match(
         out = translator.translate([list(e.source) for e in chunk])
         hits += sum(o == e.spanish for o, e in zip(out, chunk, strict=True))
     return hits / len(examples)
+
+
+def closest_deciding_margin(
+    translator: Translator, examples: Sequence[Example], batch_size: int = 1000
+) -> float:
+    """The smallest logit margin (:func:`~mha.translator.greedy_margins`) among the
+    choices that decide :func:`exact_match`: every step while the translation still
+    equals the reference, and the first step where it does not.
+
+    Another CPU rounds the logits differently (by about 1e-5 for the shipped float32
+    model); it can change the exact-match score only if this margin is within that.
+    """
+    if not examples:
+        raise ValueError("examples is empty")
+    vocab = translator.tgt_vocab
+    closest = float("inf")
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        src = translator.source_ids([list(e.source) for e in chunk])  # (B, S)
+        with num_threads(1), torch.no_grad():
+            ids, logits = greedy_decode(translator.model, src, vocab.bos_id, vocab.eos_id,
+                                        return_logits=True)  # fmt: skip
+        margins = greedy_margins(ids, logits, vocab.eos_id)  # (B, L)
+        ref = _pad([vocab.encode(e.target, add_eos=True) for e in chunk], -1)  # (B, R)
+        steps = min(ids.shape[1], ref.shape[1])
+        agree = ids[:, :steps] == ref[:, :steps]  # (B, steps)
+        # step t decides while every earlier step agreed with the reference
+        deciding = torch.ones_like(agree)
+        deciding[:, 1:] = agree[:, :-1].cummin(dim=1).values
+        closest = min(closest, float(margins[:, :steps][deciding].min()))
+    return closest
 
 
 def evaluate(translator: Translator, corpus: Corpus) -> dict[str, float]:
