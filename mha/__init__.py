@@ -45,9 +45,8 @@ from typing import Any
 # a torch layer (which imports the package ``mha`` first) does not load the NumPy one.
 _SPECIFICATION = {
     "mha.attention": [
-        "AttentionParams",
         "AttentionSteps",
-        "KVCache",
+        "kv_head_index",
         "merge_heads",
         "multi_head_attention",
         "multi_head_attention_steps",
@@ -55,6 +54,8 @@ _SPECIFICATION = {
         "softmax",
         "split_heads",
     ],
+    "mha.params": ["AttentionParams"],
+    "mha.kv_cache": ["KVCache"],
     "mha.masks": [
         "causal_mask",
         "combine_masks",

@@ -69,6 +69,18 @@ def check_divisible(d_model: int, num_heads: int) -> int:
     return d_model // num_heads
 
 
+def check_kv_heads(num_heads: int, num_kv_heads: object) -> int:
+    """Return the group size ``num_heads // num_kv_heads`` of grouped-query attention:
+    ``num_kv_heads`` must be a positive integer that divides ``num_heads``."""
+    num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads")
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}: each key/value "
+            "head serves a group of num_heads / num_kv_heads query heads"
+        )
+    return num_heads // num_kv_heads
+
+
 def as_bool_mask(mask: object, name: str = "mask") -> np.ndarray:
     """Return ``mask`` as a boolean array; any other dtype is an error.
 
@@ -112,8 +124,10 @@ def check_mask_shape(mask: np.ndarray, target: tuple[int, ...], name: str = "mas
             )
 
 
-def as_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> np.ndarray:
-    """Return ``bias`` as a float array that broadcasts to the scores ``target``.
+def as_score_bias(
+    score_bias: object, target: tuple[int, ...], name: str = "score_bias"
+) -> np.ndarray:
+    """Return ``score_bias`` as a float array that broadcasts to the scores ``target``.
 
     An additive bias (ALiBi's, for instance) must be a finite float array: a boolean
     or integer one would most likely be a mask passed in the wrong place, and ``-inf``
@@ -121,7 +135,7 @@ def as_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> np.nda
     rows with nothing to attend to must stay the one place that decides. The shape
     rule is :func:`check_mask_shape`'s.
     """
-    arr = np.asarray(bias)
+    arr = np.asarray(score_bias)
     if not np.issubdtype(arr.dtype, np.floating):
         raise ValueError(
             f"{name} must be a float array (added to the scaled scores), got dtype "
@@ -134,3 +148,30 @@ def as_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> np.nda
             "mask, not with -inf (mha.from_additive_mask converts an additive mask)"
         )
     return arr
+
+
+def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    """``q (..., T, Dh)``, ``k (..., S, Dh)`` and ``v (..., S, Dv)`` fit together."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., length, dim), got {x.shape}")
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(
+            f"q, k and v must have the same number of dims, got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(
+            f"q, k and v must have the same leading (batch, head) dims, got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dim Dh (queries are compared with keys by "
+            f"dot product), got q {q.shape} and k {k.shape}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length S (one value per key), got k {k.shape} "
+            f"and v {v.shape}"
+        )

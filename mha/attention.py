@@ -14,19 +14,22 @@ from typing import Any
 import numpy as np
 
 from mha._checks import (
-    as_bias,
     as_bool_mask,
     as_float_array,
+    as_score_bias,
     check_divisible,
+    check_kv_heads,
     check_mask_shape,
     check_ndim,
     check_positive_int,
+    check_qkv,
 )
+from mha.kv_cache import KVCache
+from mha.params import AttentionParams
 
 __all__ = [
-    "AttentionParams",
     "AttentionSteps",
-    "KVCache",
+    "kv_head_index",
     "merge_heads",
     "multi_head_attention",
     "multi_head_attention_steps",
@@ -81,13 +84,13 @@ def _attention_core(
     k: np.ndarray,
     v: np.ndarray,
     mask: np.ndarray | None,
-    bias: np.ndarray | None = None,
+    score_bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The five steps of scaled dot-product attention on validated arrays.
 
     Returns ``(scores, scaled, masked, weights, context)``; shared by
     :func:`scaled_dot_product_attention` and :func:`multi_head_attention_steps` so
-    the formula exists exactly once. ``masked`` includes the ``bias``.
+    the formula exists exactly once. ``masked`` includes the ``score_bias``.
     """
     head_dim = q.shape[-1]
     # 1. Similarity of every query with every key.
@@ -99,7 +102,7 @@ def _attention_core(
     # 3. An additive bias (ALiBi's distance penalty) shifts the scores before the
     #    softmax, in the scores' dtype; blocked positions then become -inf so that the
     #    softmax gives them exactly 0, whatever their bias.
-    biased = scaled if bias is None else scaled + bias.astype(scaled.dtype, copy=False)
+    biased = scaled if score_bias is None else scaled + score_bias.astype(scaled.dtype, copy=False)
     masked = biased if mask is None else np.where(mask, biased, -np.inf)
     # 4. Each query's weights over the keys sum to 1 (or are all 0 if nothing is allowed).
     weights = softmax(masked, axis=-1)
@@ -108,36 +111,10 @@ def _attention_core(
     return scores, scaled, masked, weights, context
 
 
-def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., length, dim), got {x.shape}")
-    if not q.ndim == k.ndim == v.ndim:
-        raise ValueError(
-            f"q, k and v must have the same number of dims, got q {q.shape}, "
-            f"k {k.shape}, v {v.shape}"
-        )
-    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
-        raise ValueError(
-            f"q, k and v must have the same leading (batch, head) dims, got q {q.shape}, "
-            f"k {k.shape}, v {v.shape}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dim Dh (queries are compared with keys by "
-            f"dot product), got q {q.shape} and k {k.shape}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same length S (one value per key), got k {k.shape} "
-            f"and v {v.shape}"
-        )
-
-
 def scaled_dot_product_attention(
-    q: Any, k: Any, v: Any, mask: Any | None = None, bias: Any | None = None
+    q: Any, k: Any, v: Any, mask: Any | None = None, *, score_bias: Any | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scaled dot-product attention, ``softmax(q k^T / sqrt(Dh) + bias) v``.
+    """Scaled dot-product attention, ``softmax(q k^T / sqrt(Dh) + score_bias) v``.
 
     Parameters
     ----------
@@ -151,8 +128,8 @@ def scaled_dot_product_attention(
         **True = may attend.** At least 2 dims, broadcastable to ``(..., T, S)`` without
         enlarging it (each dim 1 or equal, right-aligned), e.g. ``(T, S)`` from
         :func:`mha.causal_mask` or ``(B, 1, 1, S)`` from :func:`mha.padding_mask`.
-    bias : float array_like, optional
-        Added to the scaled scores before the softmax, e.g. ALiBi's
+    score_bias : float array_like, optional
+        Keyword only. Added to the scaled scores before the softmax, e.g. ALiBi's
         :func:`mha.alibi_bias` ``(H, T, S)``. Same shape rule as ``mask``; finite
         (cast to the scores' dtype). It never unblocks a key the mask blocks, and a
         row with nothing to attend to keeps zero weights.
@@ -174,19 +151,19 @@ def scaled_dot_product_attention(
     Raises
     ------
     ValueError
-        If the shapes of ``q``, ``k``, ``v`` disagree, ``mask`` is not boolean, ``bias``
+        If the shapes of ``q``, ``k``, ``v`` disagree, ``mask`` is not boolean, ``score_bias``
         is not a finite float array, or either does not broadcast to ``(..., T, S)``.
     """
     q = as_float_array(q, "q")
     k = as_float_array(k, "k")
     v = as_float_array(v, "v")
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, q.shape[:-1] + (k.shape[-2],))
-    if bias is not None:
-        bias = as_bias(bias, q.shape[:-1] + (k.shape[-2],))
-    _, _, _, weights, context = _attention_core(q, k, v, mask, bias)
+    if score_bias is not None:
+        score_bias = as_score_bias(score_bias, q.shape[:-1] + (k.shape[-2],))
+    _, _, _, weights, context = _attention_core(q, k, v, mask, score_bias)
     return context, weights
 
 
@@ -236,163 +213,6 @@ def merge_heads(x: Any) -> np.ndarray:
     return x.reshape(*lead, length, num_heads * head_dim)  # (B, T, H, Dh) -> (B, T, D)
 
 
-_WEIGHT_NAMES = ("W_q", "W_k", "W_v", "W_o")
-_BIAS_NAMES = ("b_q", "b_k", "b_v", "b_o")
-
-
-@dataclass(eq=False)
-class AttentionParams:
-    """The weights of one multi-head attention layer.
-
-    Convention: a weight has shape ``(D_in, D_out)`` and a layer computes
-    ``y = x @ W + b`` (PyTorch stores ``(out, in)`` and computes ``x @ W.T``;
-    :mod:`mha.convert` transposes). Head ``h`` owns columns
-    ``h*Dh:(h+1)*Dh`` of ``W_q``, ``W_k``, ``W_v`` and rows ``h*Dh:(h+1)*Dh`` of
-    ``W_o``: the heads share these four matrices, they do not add parameters.
-
-    Attributes
-    ----------
-    W_q : np.ndarray, shape (D, D)
-    b_q : np.ndarray, shape (D,), or None
-    W_k : np.ndarray, shape (Dk, Dkv)   (``Dk = D`` unless keys have another width)
-    b_k : np.ndarray, shape (Dkv,), or None
-    W_v : np.ndarray, shape (Dv, Dkv)   (``Dv = D`` unless values have another width)
-    b_v : np.ndarray, shape (Dkv,), or None
-    W_o : np.ndarray, shape (D, D)
-    b_o : np.ndarray, shape (D,), or None
-        The biases are either all present or all ``None`` (``bias=False``).
-
-    ``Dkv`` is ``D`` for multi-head attention. Grouped-query attention projects keys
-    and values to fewer heads: ``Dkv = num_kv_heads * head_dim``, and each group of
-    ``num_heads // num_kv_heads`` query heads shares one key/value head
-    (``num_kv_heads = 1`` is multi-query attention).
-    """
-
-    W_q: np.ndarray
-    b_q: np.ndarray | None
-    W_k: np.ndarray
-    b_k: np.ndarray | None
-    W_v: np.ndarray
-    b_v: np.ndarray | None
-    W_o: np.ndarray
-    b_o: np.ndarray | None
-
-    def __post_init__(self) -> None:
-        for name in _WEIGHT_NAMES:
-            w = as_float_array(getattr(self, name), name)
-            check_ndim(w, 2, name, "(D_in, D_out)")
-            setattr(self, name, w)
-        d_model, kv_dim = self.W_q.shape[1], self.W_k.shape[1]
-        expected = {
-            "W_q": (d_model, d_model),
-            "W_k": (self.W_k.shape[0], kv_dim),
-            "W_v": (self.W_v.shape[0], kv_dim),
-            "W_o": (d_model, d_model),
-        }
-        for name, shape in expected.items():
-            if getattr(self, name).shape != shape:
-                raise ValueError(
-                    f"{name} must have shape {shape} for d_model={d_model} (from W_q "
-                    f"{self.W_q.shape}), got {getattr(self, name).shape}"
-                )
-        present = [getattr(self, name) is not None for name in _BIAS_NAMES]
-        if any(present) and not all(present):
-            given = zip(_BIAS_NAMES, present, strict=True)
-            listing = ", ".join(f"{n}={'array' if p else 'None'}" for n, p in given)
-            raise ValueError(f"biases must be all arrays or all None, got {listing}")
-        if all(present):
-            for name in _BIAS_NAMES:
-                b = as_float_array(getattr(self, name), name)
-                width = kv_dim if name in ("b_k", "b_v") else d_model
-                if b.shape != (width,):
-                    raise ValueError(
-                        f"{name} must have shape ({width},) for d_model={d_model} and "
-                        f"W_k {self.W_k.shape}, got {b.shape}"
-                    )
-                setattr(self, name, b)
-
-    @property
-    def d_model(self) -> int:
-        """``D``, the model width."""
-        return self.W_q.shape[1]
-
-    @property
-    def kv_dim(self) -> int:
-        """``Dkv``, the width of the projected keys and values (``D`` unless grouped)."""
-        return self.W_k.shape[1]
-
-    @property
-    def bias(self) -> bool:
-        """Whether the projections have biases."""
-        return self.b_q is not None
-
-    def num_kv_heads(self, num_heads: int) -> int:
-        """``Hkv``, the key/value heads these weights give ``num_heads`` query heads.
-
-        Raises
-        ------
-        ValueError
-            If ``kv_dim`` is not a multiple of ``head_dim = d_model / num_heads`` whose
-            count divides ``num_heads``.
-        """
-        head_dim = check_divisible(self.d_model, num_heads)
-        if self.kv_dim % head_dim != 0 or num_heads % (self.kv_dim // head_dim) != 0:
-            raise ValueError(
-                f"params.W_k {self.W_k.shape} projects to {self.kv_dim} features: with "
-                f"num_heads={num_heads} (head_dim={head_dim}) that must be num_kv_heads * "
-                f"{head_dim} with num_kv_heads dividing {num_heads}"
-            )
-        return self.kv_dim // head_dim
-
-    @property
-    def num_parameters(self) -> int:
-        """Number of scalars: ``4 D^2 + 4 D`` for self-attention with biases, whatever ``H``."""
-        arrays = [getattr(self, n) for n in _WEIGHT_NAMES + _BIAS_NAMES]
-        return sum(a.size for a in arrays if a is not None)
-
-    @classmethod
-    def init(
-        cls,
-        d_model: int,
-        seed: int = 0,
-        dtype: Any = np.float64,
-        bias: bool = True,
-        kv_dim: int | None = None,
-    ) -> AttentionParams:
-        """Seeded Xavier-uniform initialisation (Glorot & Bengio, 2010).
-
-        Each of ``W_q, W_k, W_v, W_o`` is drawn, in that order, from
-        ``U(-a, a)`` with ``a = sqrt(6 / (D_in + D_out)) = sqrt(3 / D)``, which keeps
-        the variance of activations roughly constant through the layer. Biases start
-        at zero, as in ``nn.MultiheadAttention``.
-
-        Parameters
-        ----------
-        d_model : int
-            ``D``.
-        seed : int
-            Seed for ``np.random.default_rng``; same seed, same weights.
-        dtype : NumPy floating dtype
-        bias : bool
-            If False, all biases are ``None``.
-        kv_dim : int, optional
-            ``Dkv``, the output width of ``W_k`` and ``W_v``: ``num_kv_heads * head_dim``
-            for grouped-query attention. Default ``d_model``.
-        """
-        d_model = check_positive_int(d_model, "d_model")
-        kv_dim = d_model if kv_dim is None else check_positive_int(kv_dim, "kv_dim")
-        rng = np.random.default_rng(seed)
-        widths = (d_model, kv_dim, kv_dim, d_model)  # outputs of W_q, W_k, W_v, W_o
-        weights = []
-        for width in widths:
-            limit = math.sqrt(6.0 / (d_model + width))
-            weights.append(rng.uniform(-limit, limit, size=(d_model, width)).astype(dtype))
-        biases = [np.zeros(width, dtype=dtype) if bias else None for width in widths]
-        w_q, w_k, w_v, w_o = weights
-        b_q, b_k, b_v, b_o = biases
-        return cls(W_q=w_q, b_q=b_q, W_k=w_k, b_k=b_k, W_v=w_v, b_v=b_v, W_o=w_o, b_o=b_o)
-
-
 @dataclass(frozen=True, eq=False)
 class AttentionSteps:
     """Every intermediate of :func:`multi_head_attention`, in the order computed.
@@ -408,7 +228,7 @@ class AttentionSteps:
     v_heads : (B, Hkv, S, Dh)
     scores : (B, H, T, S)   raw ``q_heads @ k_heads^T``
     scaled : (B, H, T, S)   ``scores / sqrt(Dh)``
-    masked : (B, H, T, S)   ``scaled`` plus the bias, with ``-inf`` where the mask
+    masked : (B, H, T, S)   ``scaled`` plus the score bias, with ``-inf`` where the mask
                             blocks (same as ``scaled`` with neither)
     weights : (B, H, T, S)  softmax over S; zero rows where nothing is allowed
     context : (B, H, T, Dh) ``weights @ v_heads``, one result per head
@@ -431,74 +251,23 @@ class AttentionSteps:
     output: np.ndarray
 
 
-@dataclass(eq=False)
-class KVCache:
-    """The key and value heads one attention layer has computed so far.
-
-    Decoding one token at a time, the keys and values of the earlier positions do not
-    change: :func:`multi_head_attention_steps` with a cache projects only the new
-    positions, appends their heads here, and lets the new queries attend to all of
-    them. With grouped-query attention only the ``Hkv`` shared heads are stored.
-
-    With a ``window`` the cache rolls, for sliding-window attention
-    (:func:`mha.sliding_window_mask`): :meth:`append` first cuts the stored entries to
-    the last ``window - 1`` (all that a new query may still need besides itself), then
-    appends the new ones. Decoding one position at a time, it holds exactly ``window``
-    entries once warm, however long the sequence; a block of ``T`` new positions makes
-    it hold at most ``window - 1 + T``. The queries of a block must then be masked with
-    ``mha.sliding_window_mask(T, window, num_keys=S)``, ``S`` being the number of keys
-    after the append (for ``T = 1`` that mask is all True and may be left out).
-
-    Attributes
-    ----------
-    k_heads, v_heads : np.ndarray, shape (B, Hkv, S, Dh), or None while empty
-    window : int, optional
-        Positions each query attends to, itself included. Default None: keep
-        everything.
-    """
-
-    k_heads: np.ndarray | None = None
-    v_heads: np.ndarray | None = None
-    window: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.window is not None:
-            self.window = check_positive_int(self.window, "window")
-
-    @property
-    def length(self) -> int:
-        """``S``, the number of positions cached."""
-        return 0 if self.k_heads is None else self.k_heads.shape[2]
-
-    @property
-    def kept_length(self) -> int:
-        """How many cached positions the next :meth:`append` keeps: all of them, or with
-        a window the last ``window - 1``. The keys after the append number this plus
-        the new ones."""
-        return self.length if self.window is None else min(self.length, self.window - 1)
-
-    def append(self, k_heads: np.ndarray, v_heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Store the heads of new positions after the (kept) cached ones; return all the
-        heads now stored, ``(B, Hkv, kept_length + S_new, Dh)`` each."""
-        if self.k_heads is not None:
-            if k_heads.shape[:2] + k_heads.shape[3:] != self.k_heads.shape[:2] + (
-                self.k_heads.shape[3],
-            ):
-                raise ValueError(
-                    f"new key heads {k_heads.shape} do not fit the cached ones "
-                    f"{self.k_heads.shape}: (B, Hkv, S, Dh) must agree except S"
-                )
-            # Start index, not [-kept:]: with kept = 0, [-0:] would keep everything.
-            start = self.length - self.kept_length
-            k_heads = np.concatenate([self.k_heads[:, :, start:], k_heads], axis=2)  # along S
-            v_heads = np.concatenate([self.v_heads[:, :, start:], v_heads], axis=2)
-        self.k_heads, self.v_heads = k_heads, v_heads
-        return k_heads, v_heads
-
-
 def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     y = x @ w  # (B, L, D_in) @ (D_in, D_out) -> (B, L, D_out)
     return y if b is None else y + b
+
+
+def kv_head_index(num_heads: int, num_kv_heads: int) -> np.ndarray:
+    """Grouped-query attention's head mapping: the key/value head each query head reads.
+
+    Query head ``h`` reads key/value head ``h // (H / Hkv)``: consecutive query heads
+    share one (``Hkv = H`` is multi-head attention, ``Hkv = 1`` multi-query attention).
+
+    Returns
+    -------
+    np.ndarray, shape (H,), int
+    """
+    num_heads = check_positive_int(num_heads, "num_heads")
+    return np.arange(num_heads) // check_kv_heads(num_heads, num_kv_heads)
 
 
 def multi_head_attention_steps(
@@ -508,8 +277,9 @@ def multi_head_attention_steps(
     params: AttentionParams,
     num_heads: int,
     mask: Any | None = None,
+    *,
     cache: KVCache | None = None,
-    bias: Any | None = None,
+    score_bias: Any | None = None,
 ) -> AttentionSteps:
     """Multi-head attention, returning every intermediate (see :class:`AttentionSteps`).
 
@@ -530,17 +300,18 @@ def multi_head_attention_steps(
         a rolling cache only the kept ones, ``S = cache.kept_length + key.shape[1]``
         (and the mask is ``mha.sliding_window_mask(T, cache.window, num_keys=S)``).
     cache : KVCache, optional
-        The key and value heads of earlier positions. The heads of ``key`` and
-        ``value`` are appended to it, and the queries attend to all of them (with a
-        ``window``, to the last ``window - 1`` cached ones and the new ones).
-    bias : float array_like, optional
+        Keyword only, as ``score_bias``. The key and value heads of earlier
+        positions: the heads of ``key`` and ``value`` are appended to it, and the
+        queries attend to all of them (with a ``window``, to the last ``window - 1``
+        cached ones and the new ones).
+    score_bias : float array_like, optional
         Added to the scaled scores of every head before the softmax, broadcastable to
         ``(B, H, T, S)`` like ``mask``: ALiBi's ``mha.alibi_bias(H, T, num_keys=S)``
         ``(H, T, S)``. See :func:`scaled_dot_product_attention`.
 
     Grouped-query attention comes from ``params``: when ``W_k`` and ``W_v`` project to
     ``Dkv = num_kv_heads * head_dim`` features, query head ``h`` uses key/value head
-    ``h // (num_heads // num_kv_heads)``.
+    ``h // (num_heads // num_kv_heads)`` (:func:`kv_head_index`).
 
     Returns
     -------
@@ -582,17 +353,13 @@ def multi_head_attention_steps(
     batch, target_len = query.shape[0], query.shape[1]
     # S: the new keys, after the cached ones that the append keeps (all, or window - 1).
     source_len = key.shape[1] + (0 if cache is None else cache.kept_length)
-    if mask is None and target_len > 1 and cache is not None and cache.window is not None:
-        raise ValueError(
-            f"{target_len} new positions through a rolling cache (window={cache.window}) "
-            "need a mask: without one the first would see the later ones; pass "
-            f"mha.sliding_window_mask({target_len}, {cache.window}, num_keys={source_len})"
-        )
+    if cache is not None:
+        cache.check_block(target_len, source_len, has_mask=mask is not None)
     if mask is not None:
         mask = as_bool_mask(mask)
         check_mask_shape(mask, (batch, num_heads, target_len, source_len))
-    if bias is not None:
-        bias = as_bias(bias, (batch, num_heads, target_len, source_len))
+    if score_bias is not None:
+        score_bias = as_score_bias(score_bias, (batch, num_heads, target_len, source_len))
 
     # 1. One linear layer per role; all heads at once (the split is only logical).
     q = _linear(query, params.W_q, params.b_q)  # (B, T, D) @ (D, D) -> (B, T, D)
@@ -606,11 +373,11 @@ def multi_head_attention_steps(
         k_heads, v_heads = cache.append(k_heads, v_heads)  # (B, Hkv, S_all, Dh)
     # 3. Scaled dot-product attention in every head in parallel; a group of
     #    H / Hkv query heads reads the same key/value head.
-    group = num_heads // num_kv_heads
-    k_shared = np.repeat(k_heads, group, axis=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
-    v_shared = np.repeat(v_heads, group, axis=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+    index = kv_head_index(num_heads, num_kv_heads)  # (H,): the key/value head of each
+    k_shared = k_heads[:, index]  # (B, Hkv, S, Dh) -> (B, H, S, Dh), a copy
+    v_shared = v_heads[:, index]  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
     scores, scaled, masked, weights, context = _attention_core(
-        q_heads, k_shared, v_shared, mask, bias
+        q_heads, k_shared, v_shared, mask, score_bias
     )
     # 4. Concatenate the heads and mix them with the output projection.
     merged = merge_heads(context)  # (B, H, T, Dh) -> (B, T, D)
@@ -639,8 +406,9 @@ def multi_head_attention(
     params: AttentionParams,
     num_heads: int,
     mask: Any | None = None,
+    *,
     cache: KVCache | None = None,
-    bias: Any | None = None,
+    score_bias: Any | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
 
@@ -654,5 +422,7 @@ def multi_head_attention(
     weights : np.ndarray, shape (B, H, T, S)
         Per-head attention weights (not averaged over heads).
     """
-    steps = multi_head_attention_steps(query, key, value, params, num_heads, mask, cache, bias)
+    steps = multi_head_attention_steps(
+        query, key, value, params, num_heads, mask, cache=cache, score_bias=score_bias
+    )
     return steps.output, steps.weights

@@ -15,15 +15,12 @@ each other: that independence is what makes the equivalence tests mean something
 There is one conversion per pair: the NumPy weights to and from each PyTorch form
 (``params_*``), and between the two PyTorch forms through the NumPy weights
 (``module_*``), so every copy of a weight goes through the same two transposes.
-
-One conversion changes the attention itself: :func:`mean_pool_kv_heads` turns a
-multi-head module into a grouped-query one (as the GQA paper does before uptraining),
-and :func:`relative_output_change` measures how far that moves its output.
+(Turning a multi-head module into a grouped-query one changes the attention, so it is
+not a conversion: see :mod:`mha.gqa_pooling`.)
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -31,23 +28,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha._checks import check_divisible, check_positive_int
-from mha.attention import AttentionParams
+from mha._checks import check_divisible
+from mha.layers import DecoderLayer, EncoderLayer
 from mha.modules import MultiHeadAttention
-from mha.transformer import DecoderLayer, EncoderLayer
+from mha.params import AttentionParams
 
 __all__ = [
     "decoder_layer_from_torch",
     "encoder_layer_from_torch",
-    "mean_pool_all_kv_heads",
-    "mean_pool_kv_heads",
     "module_from_torch",
     "module_to_torch",
     "params_from_module",
     "params_from_torch",
     "params_to_module",
     "params_to_torch",
-    "relative_output_change",
 ]
 
 
@@ -78,14 +72,13 @@ def params_from_torch(module: nn.MultiheadAttention) -> AttentionParams:
 
     Raises
     ------
-    TypeError
-        If ``module`` is not an ``nn.MultiheadAttention``.
     ValueError
-        If it uses ``add_bias_kv`` or ``add_zero_attn``, which change the attention
-        itself and have no counterpart in :mod:`mha`.
+        If ``module`` is not an ``nn.MultiheadAttention``, or if it uses
+        ``add_bias_kv`` or ``add_zero_attn``, which change the attention itself and
+        have no counterpart in :mod:`mha`.
     """
     if not isinstance(module, nn.MultiheadAttention):
-        raise TypeError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
+        raise ValueError(f"module must be an nn.MultiheadAttention, got {type(module).__name__}")
     if module.bias_k is not None or module.add_zero_attn:
         raise ValueError("module uses add_bias_kv or add_zero_attn, which mha does not implement")
     d_model = module.embed_dim
@@ -163,7 +156,7 @@ def params_to_torch(
 def params_from_module(module: MultiHeadAttention) -> AttentionParams:
     """The weights of our module as NumPy arrays (same dtype), ``(out, in)`` transposed."""
     if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"module must be an mha MultiHeadAttention, got {type(module).__name__}")
+        raise ValueError(f"module must be an mha MultiHeadAttention, got {type(module).__name__}")
 
     def weight(linear: nn.Linear) -> np.ndarray:
         return _numpy(linear.weight).T.copy()  # (out, in) -> (D_in, D_out)
@@ -212,7 +205,7 @@ def params_to_module(
 
 def _check_params(params: Any) -> None:
     if not isinstance(params, AttentionParams):
-        raise TypeError(f"params must be an AttentionParams, got {type(params).__name__}")
+        raise ValueError(f"params must be an AttentionParams, got {type(params).__name__}")
 
 
 # ------------------------------------------------------- our module <-> nn.MultiheadAttention
@@ -238,10 +231,10 @@ def module_to_torch(module: MultiHeadAttention) -> nn.MultiheadAttention:
 
 
 def encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderLayer:
-    """Our :class:`~mha.transformer.EncoderLayer` with the weights of
+    """Our :class:`~mha.layers.EncoderLayer` with the weights of
     ``nn.TransformerEncoderLayer(batch_first=True, activation='relu')``."""
     if not isinstance(layer, nn.TransformerEncoderLayer):
-        raise TypeError(f"layer must be nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        raise ValueError(f"layer must be nn.TransformerEncoderLayer, got {type(layer).__name__}")
     _check_torch_layer(layer, (layer.self_attn,))
     ours = EncoderLayer(**_layer_args(layer))
     ours.self_attn = module_from_torch(layer.self_attn)
@@ -250,10 +243,10 @@ def encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderLayer:
 
 
 def decoder_layer_from_torch(layer: nn.TransformerDecoderLayer) -> DecoderLayer:
-    """Our :class:`~mha.transformer.DecoderLayer` with the weights of
+    """Our :class:`~mha.layers.DecoderLayer` with the weights of
     ``nn.TransformerDecoderLayer(batch_first=True, activation='relu')``."""
     if not isinstance(layer, nn.TransformerDecoderLayer):
-        raise TypeError(f"layer must be nn.TransformerDecoderLayer, got {type(layer).__name__}")
+        raise ValueError(f"layer must be nn.TransformerDecoderLayer, got {type(layer).__name__}")
     _check_torch_layer(layer, (layer.self_attn, layer.multihead_attn))
     ours = DecoderLayer(**_layer_args(layer))
     ours.self_attn = module_from_torch(layer.self_attn)
@@ -293,128 +286,3 @@ def _copy_feed_forward_and_norms(ours: nn.Module, layer: nn.Module, norms: tuple
     ours.feed_forward.linear2.load_state_dict(layer.linear2.state_dict())
     for name in norms:
         getattr(ours, name).load_state_dict(getattr(layer, name).state_dict())
-
-
-# ------------------------------------------------- multi-head -> grouped-query attention
-
-
-def mean_pool_kv_heads(module: MultiHeadAttention, num_kv_heads: int) -> MultiHeadAttention:
-    """A grouped-query copy of ``module`` whose key/value heads are group means.
-
-    Grouped-query attention lets each group of ``G = H / num_kv_heads`` query heads share
-    one key head and one value head. Ainslie et al. (2023, "GQA") turn a trained
-    multi-head checkpoint into a grouped one by mean-pooling, for each group, the key and
-    value projections of its heads, and then train a little more ("uptraining"); this
-    function does the pooling, not the training. Group ``g`` holds query heads
-    ``g*G .. (g+1)*G - 1``, and query head ``h`` reads key/value head ``h // G``, as in
-    :class:`~mha.modules.MultiHeadAttention`. The rows of ``W_k`` and ``W_v`` (and their
-    biases) belonging to the heads of a group are averaged; ``W_q`` and ``W_o`` are copied.
-
-    A module that is grouped already can be pooled further, to any ``num_kv_heads``
-    dividing its own: its key/value heads each serve the same number of query heads, so
-    their plain mean is the mean over the query heads of the new group.
-
-    Parameters
-    ----------
-    module : MultiHeadAttention
-        Not modified.
-    num_kv_heads : int
-        ``Hkv`` of the result; must divide ``module.num_kv_heads`` (``module.num_heads``
-        for a multi-head module). Equal to it: an exact copy.
-
-    Returns
-    -------
-    MultiHeadAttention
-        Same ``d_model``, heads, dropout, bias, dtype, device and train/eval mode.
-        Where all heads of a group had the same key and value weights, its outputs
-        equal those of ``module``; otherwise see :func:`relative_output_change`.
-
-    Raises
-    ------
-    TypeError
-        If ``module`` is not an mha ``MultiHeadAttention``.
-    ValueError
-        If ``num_kv_heads`` is not a positive integer dividing ``module.num_kv_heads``.
-    """
-    if not isinstance(module, MultiHeadAttention):
-        raise TypeError(f"module must be an mha MultiHeadAttention, got {type(module).__name__}")
-    num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads")
-    if module.num_kv_heads % num_kv_heads != 0:
-        raise ValueError(
-            f"num_kv_heads={num_kv_heads} must divide the module's {module.num_kv_heads} "
-            f"key/value heads (num_heads={module.num_heads}): each new head is the mean of "
-            "a whole number of old ones"
-        )
-    pooled = module.num_kv_heads // num_kv_heads  # old key/value heads per new one
-    head_dim, d_model = module.head_dim, module.d_model
-    weight = module.W_q.weight
-    grouped = MultiHeadAttention(
-        d_model, module.num_heads, dropout=module.dropout, bias=module.bias,
-        num_kv_heads=num_kv_heads,
-    ).to(dtype=weight.dtype, device=weight.device)  # fmt: skip
-    with torch.no_grad():
-        for name in ("W_q", "W_o"):
-            getattr(grouped, name).load_state_dict(getattr(module, name).state_dict())
-        for name in ("W_k", "W_v"):
-            old, new = getattr(module, name), getattr(grouped, name)
-            # (Hkv_old Dh, D) rows, head by head -> (Hkv, pooled, Dh, D) -> mean -> (Hkv Dh, D)
-            w = old.weight.reshape(num_kv_heads, pooled, head_dim, d_model)
-            new.weight.copy_(w.mean(dim=1).reshape(num_kv_heads * head_dim, d_model))
-            if old.bias is not None:
-                b = old.bias.reshape(num_kv_heads, pooled, head_dim)  # (Hkv_old Dh,) split
-                new.bias.copy_(b.mean(dim=1).reshape(num_kv_heads * head_dim))
-    return grouped.train(module.training)
-
-
-def mean_pool_all_kv_heads(model: nn.Module, num_kv_heads: int) -> nn.Module:
-    """A copy of ``model`` in which every :class:`~mha.modules.MultiHeadAttention` is
-    replaced by :func:`mean_pool_kv_heads` of it (e.g. all the self- and cross-attentions
-    of a :class:`~mha.transformer.Transformer`). ``model`` itself is not modified.
-
-    The copy is for inference and measurement: a Transformer's ``config`` does not record
-    key/value heads, so :func:`mha.translator.save_checkpoint` cannot save it.
-
-    Raises
-    ------
-    ValueError
-        If ``model`` contains no ``MultiHeadAttention``, or ``num_kv_heads`` does not suit
-        one of them (see :func:`mean_pool_kv_heads`).
-    """
-    if isinstance(model, MultiHeadAttention):
-        return mean_pool_kv_heads(model, num_kv_heads)
-    copied = copy.deepcopy(model)
-    found = [
-        (parent, name, child)
-        for parent in copied.modules()
-        for name, child in parent.named_children()
-        if isinstance(child, MultiHeadAttention)
-    ]
-    if not found:
-        raise ValueError(f"model ({type(model).__name__}) contains no MultiHeadAttention")
-    for parent, name, child in found:
-        setattr(parent, name, mean_pool_kv_heads(child, num_kv_heads))
-    return copied
-
-
-def relative_output_change(
-    before: MultiHeadAttention,
-    after: MultiHeadAttention,
-    query: torch.Tensor,
-    key: torch.Tensor | None = None,
-    value: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-) -> float:
-    """How far ``after`` moves the output of ``before``: ``||y_after - y_before|| /
-    ||y_before||`` (Frobenius norms over the whole ``(B, T, D)`` output).
-
-    Both modules run in their current train/eval mode without autograd, on the same
-    inputs (``key`` and ``value`` default to ``query``: self-attention). 0 means the same
-    output; 0.1 means a change a tenth the size of the output.
-    """
-    key = query if key is None else key
-    value = key if value is None else value
-    with torch.no_grad():
-        reference, _ = before(query, key, value, mask=mask, need_weights=False)
-        changed, _ = after(query, key, value, mask=mask, need_weights=False)
-    change = torch.linalg.vector_norm(changed - reference)  # over all of (B, T, D)
-    return float(change / torch.linalg.vector_norm(reference))

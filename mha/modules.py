@@ -3,10 +3,9 @@
 :class:`MultiHeadAttention` computes what :func:`mha.multi_head_attention` specifies,
 with autograd and PyTorch's fused kernels. It does not import the specification: the
 tests (through :mod:`mha.convert`) prove the two equal, and equal to PyTorch's own
-``nn.MultiheadAttention``. Positions inside attention come with it, as torch twins of
-the specification's functions: :func:`apply_rope` (RoPE, for ``rope_positions=``) and
-:func:`alibi_slopes` / :func:`alibi_bias` (ALiBi, for the additive ``bias=``). The
-encoder and decoder layers built from it live in :mod:`mha.transformer`.
+``nn.MultiheadAttention``. Positions inside attention (RoPE for ``rope_positions=``,
+ALiBi's ``score_bias=``) come from :mod:`mha.positional_torch`. The encoder and
+decoder layers built from it live in :mod:`mha.layers`.
 
 Shape legend: B batch, H heads, T target (query) length, S source (key) length,
 D d_model, Dh head_dim = D / H.
@@ -29,16 +28,25 @@ its answer for a row with nothing to attend to depends on the path it takes (tor
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha._checks import check_positive_int, check_queries_and_keys
+from mha._checks import check_divisible, check_kv_heads, check_positive_int
+from mha.positional_torch import apply_rope
 
-__all__ = ["KVCache", "MultiHeadAttention", "alibi_bias", "alibi_slopes", "apply_rope"]
+__all__ = ["KVCache", "MultiHeadAttention", "kv_head_index"]
+
+
+def kv_head_index(num_heads: int, num_kv_heads: int) -> Tensor:
+    """Grouped-query attention's head mapping: ``(H,)``, the key/value head each query
+    head reads. Query head ``h`` reads ``h // (H / Hkv)``, so consecutive query heads
+    share one (as ``F.scaled_dot_product_attention(enable_gqa=True)`` does).
+
+    The torch twin of ``mha.kv_head_index``: written again here, not imported.
+    """
+    group = check_kv_heads(num_heads, num_kv_heads)
+    return torch.arange(num_heads) // group  # (H,)
 
 
 class KVCache:
@@ -68,7 +76,8 @@ class KVCache:
 
     Attributes
     ----------
-    k, v : Tensor, shape (B, Hkv, S, Dh), or None while empty
+    k_heads, v_heads : Tensor, shape (B, Hkv, S, Dh), or None while empty
+        The same names as the specification's :class:`mha.KVCache`.
     """
 
     def __init__(self, fixed: bool = False, window: int | None = None):
@@ -81,13 +90,13 @@ class KVCache:
                 )
         self.fixed = fixed
         self.window = window
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        self.k_heads: Tensor | None = None
+        self.v_heads: Tensor | None = None
 
     @property
     def length(self) -> int:
         """``S``, the number of positions cached."""
-        return 0 if self.k is None else self.k.shape[2]
+        return 0 if self.k_heads is None else self.k_heads.shape[2]
 
     @property
     def kept_length(self) -> int:
@@ -95,20 +104,35 @@ class KVCache:
         a window the last ``window - 1``."""
         return self.length if self.window is None else min(self.length, self.window - 1)
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def check_block(self, size: int, num_keys: int, has_mask: bool) -> None:
+        """Refuse a block of ``size > 1`` new positions through a rolling cache without a
+        mask (its first query would see the later ones); the mask it needs is
+        ``mha.sliding_window_mask(size, window, num_keys=num_keys)``. The rule of the
+        specification's :meth:`mha.KVCache.check_block`, stated again for this layer.
+        """
+        if self.window is not None and size > 1 and not has_mask:
+            raise ValueError(
+                f"{size} new positions through a rolling cache (window={self.window}) "
+                "need a mask: without one the first would see the later ones; pass "
+                f"mha.sliding_window_mask({size}, {self.window}, num_keys={num_keys})"
+            )
+
+    def append(self, k_heads: Tensor, v_heads: Tensor) -> tuple[Tensor, Tensor]:
         """Store new key and value heads after the (kept) cached ones; return all the
         heads now stored, ``(B, Hkv, kept_length + S_new, Dh)`` each."""
-        if self.k is not None:
-            if k.shape[:2] != self.k.shape[:2] or k.shape[3] != self.k.shape[3]:
+        if self.k_heads is not None:
+            cached = self.k_heads
+            if k_heads.shape[:2] != cached.shape[:2] or k_heads.shape[3] != cached.shape[3]:
                 raise ValueError(
-                    f"new key heads {tuple(k.shape)} do not fit the cached ones "
-                    f"{tuple(self.k.shape)}: (B, Hkv, S, Dh) must agree except S"
+                    f"new key heads {tuple(k_heads.shape)} do not fit the cached ones "
+                    f"{tuple(cached.shape)}: (B, Hkv, S, Dh) must agree except S"
                 )
             start = self.length - self.kept_length  # not [-kept:], which is all for 0
-            k = torch.cat([self.k[:, :, start:], k], dim=2)  # (B, Hkv, kept + S_new, Dh)
-            v = torch.cat([self.v[:, :, start:], v], dim=2)
-        self.k, self.v = k, v
-        return k, v
+            # (B, Hkv, kept + S_new, Dh) each
+            k_heads = torch.cat([cached[:, :, start:], k_heads], dim=2)
+            v_heads = torch.cat([self.v_heads[:, :, start:], v_heads], dim=2)
+        self.k_heads, self.v_heads = k_heads, v_heads
+        return k_heads, v_heads
 
 
 class MultiHeadAttention(nn.Module):
@@ -134,7 +158,7 @@ class MultiHeadAttention(nn.Module):
     -----
     Three separate ``nn.Linear`` for ``W_q``, ``W_k``, ``W_v`` rather than one fused
     ``(3D, D)`` projection: they map one-to-one onto the paper and onto
-    :class:`mha.attention.AttentionParams`, cross-attention needs no weight slicing, and
+    :class:`mha.params.AttentionParams`, cross-attention needs no weight slicing, and
     on this course's CPU three ``(D, D)`` matmuls measured no slower than one ``(3D, D)``
     matmul followed by a split (see ``python -m mha.bench``).
     The parameter count, ``4 D^2 + 4 D``, does not depend on ``num_heads``: the heads are a
@@ -153,25 +177,15 @@ class MultiHeadAttention(nn.Module):
         # As in the NumPy core: 2.0 or True heads are refused, not used as 2 or 1.
         d_model = check_positive_int(d_model, "d_model")
         num_heads = check_positive_int(num_heads, "num_heads")
-        if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
-                f"num_heads={num_heads}"
-            )
-        num_kv_heads = num_heads if num_kv_heads is None else check_positive_int(
-            num_kv_heads, "num_kv_heads"
-        )
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads must divide num_heads, got num_heads={num_heads}, "
-                f"num_kv_heads={num_kv_heads}"
-            )
+        head_dim = check_divisible(d_model, num_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        num_kv_heads = num_heads // check_kv_heads(num_heads, num_kv_heads)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
-        self.head_dim = d_model // num_heads
+        self.head_dim = head_dim
         self.dropout = dropout
         kv_dim = num_kv_heads * self.head_dim
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
@@ -182,7 +196,7 @@ class MultiHeadAttention(nn.Module):
 
     def reset_parameters(self) -> None:
         """Xavier-uniform weights, ``U(-a, a)`` with ``a = sqrt(6 / (D + D))`` for each of
-        the four ``(D, D)`` matrices (as :meth:`mha.attention.AttentionParams.init`), and
+        the four ``(D, D)`` matrices (as :meth:`mha.params.AttentionParams.init`), and
         zero biases.
 
         Xavier keeps the variance of ``q . k`` roughly independent of D at initialisation,
@@ -239,7 +253,7 @@ class MultiHeadAttention(nn.Module):
     def _check_fits_scores(
         self, name: str, t: Tensor, query: Tensor, key: Tensor, cached: int
     ) -> None:
-        """One shape rule for the mask and the bias: see :func:`_fits_scores`."""
+        """One shape rule for the mask and the score bias: see :func:`_fits_scores`."""
         B, T, S = query.shape[0], query.shape[1], key.shape[1] + cached
         target = (B, self.num_heads, T, S)
         if not _fits_scores(t, target):
@@ -248,13 +262,13 @@ class MultiHeadAttention(nn.Module):
                 f"{target} (query {tuple(query.shape)}, key {tuple(key.shape)})"
             )
 
-    def _check_bias_and_rope(
+    def _check_score_bias_and_rope(
         self,
         query: Tensor,
         key: Tensor,
         cached: int,
         reuse: bool,
-        bias: Tensor | None,
+        score_bias: Tensor | None,
         rope_positions: Tensor | None,
     ) -> Tensor | None:
         """Validate the position inputs before anything is computed or cached; return
@@ -272,21 +286,21 @@ class MultiHeadAttention(nn.Module):
                 f"got head_dim={self.head_dim} (d_model={self.d_model}, "
                 f"num_heads={self.num_heads})"
             )
-        if bias is None:
+        if score_bias is None:
             return None
-        if not isinstance(bias, Tensor) or not bias.dtype.is_floating_point:
-            kind = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
+        if not isinstance(score_bias, Tensor) or not score_bias.dtype.is_floating_point:
+            kind = score_bias.dtype if isinstance(score_bias, Tensor) else type(score_bias).__name__
             raise ValueError(
-                f"bias must be a float tensor (added to the scaled scores), got {kind}; "
-                "a bool mask goes in mask="
+                f"score_bias must be a float tensor (added to the scaled scores), got "
+                f"{kind}; a bool mask goes in mask="
             )
-        self._check_fits_scores("bias", bias, query, key, cached)
-        if not bool(torch.isfinite(bias).all()):
+        self._check_fits_scores("score_bias", score_bias, query, key, cached)
+        if not bool(torch.isfinite(score_bias).all()):
             raise ValueError(
-                f"bias (shape {tuple(bias.shape)}) must be finite: block keys with the "
-                "bool mask, not with -inf"
+                f"score_bias (shape {tuple(score_bias.shape)}) must be finite: block keys "
+                "with the bool mask, not with -inf"
             )
-        return bias.to(self.W_q.weight.dtype)
+        return score_bias.to(self.W_q.weight.dtype)
 
     # ------------------------------------------------------------------- forward
 
@@ -296,12 +310,15 @@ class MultiHeadAttention(nn.Module):
         key: Tensor,
         value: Tensor,
         mask: Tensor | None = None,
+        *,
         need_weights: bool = True,
         cache: KVCache | None = None,
-        bias: Tensor | None = None,
+        score_bias: Tensor | None = None,
         rope_positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``.
+
+        Everything after ``mask`` is passed by keyword.
 
         Parameters
         ----------
@@ -312,17 +329,6 @@ class MultiHeadAttention(nn.Module):
         mask : Tensor, optional
             bool, True = may attend, broadcastable to ``(B, H, T, S)`` — e.g. ``(T, S)``
             causal, ``(B, 1, 1, S)`` key padding, ``(B, 1, T, S)`` both.
-        bias : Tensor, optional
-            float, finite, broadcastable to ``(B, H, T, S)`` like ``mask``: added to the
-            scaled scores before the softmax (ALiBi's :func:`alibi_bias` ``(H, T, S)``).
-            Beside the mask, not instead of it: a blocked key stays blocked, and a row
-            with nothing to attend to keeps zero weights.
-        rope_positions : Tensor, optional
-            RoPE (:func:`apply_rope`): the integer positions ``(T,)`` (or broadcastable
-            to ``(B, H, T)``) of the queries, which are also those of the new keys, so
-            self-attention only. The query heads and the new key heads are rotated
-            after the projection, and the keys *before* they are cached: a cache holds
-            rotated keys, and each new query is rotated at its own absolute position.
         need_weights : bool
             True: the explicit path, which computes and returns the weights. False:
             the fast path, ``F.scaled_dot_product_attention``, which never builds the
@@ -337,6 +343,19 @@ class MultiHeadAttention(nn.Module):
             ``T`` of ``S`` positions. With a rolling cache (``window``), ``S`` counts
             only the kept ones, ``cache.kept_length + key.shape[1]``, and the mask is
             ``mha.sliding_window_mask(T, window, num_keys=S)``.
+        score_bias : Tensor, optional
+            float, finite, broadcastable to ``(B, H, T, S)`` like ``mask``: added to the
+            scaled scores before the softmax (ALiBi's
+            :func:`mha.positional_torch.alibi_bias`, ``(H, T, S)``). Beside the mask, not
+            instead of it: a blocked key stays blocked, and a row with nothing to attend
+            to keeps zero weights.
+        rope_positions : Tensor, optional
+            RoPE (:func:`mha.positional_torch.apply_rope`): the integer positions ``(T,)``
+            (or broadcastable to ``(B, H, T)``) of the queries, which are also those of
+            the new keys, so self-attention only. The query heads and the new key heads
+            are rotated after the projection, and the keys *before* they are cached: a
+            cache holds rotated keys, and each new query is rotated at its own absolute
+            position.
 
         Returns
         -------
@@ -346,27 +365,24 @@ class MultiHeadAttention(nn.Module):
             ``(B, H, T, S)`` attention weights (before dropout; rows sum to 1, or are all
             zero for a query row with nothing to attend to).
         """
-        reuse = cache is not None and cache.fixed and cache.k is not None
+        reuse = cache is not None and cache.fixed and cache.k_heads is not None
         # The cached keys the queries see: a reused memory is `key` itself (S in all);
         # otherwise those the append keeps (all, or the last window - 1).
         cached = (
             0 if cache is None else (cache.length - key.shape[1] if reuse else cache.kept_length)
         )
         self._check_inputs(query, key, value, mask, cached)
-        if mask is None and query.shape[1] > 1 and cache is not None and cache.window:
-            T, S = query.shape[1], cached + key.shape[1]
-            raise ValueError(
-                f"{T} new positions through a rolling cache (window={cache.window}) need "
-                "a mask: without one the first would see the later ones; pass "
-                f"mha.sliding_window_mask({T}, {cache.window}, num_keys={S})"
-            )
-        bias = self._check_bias_and_rope(query, key, cached, reuse, bias, rope_positions)
+        if cache is not None:
+            cache.check_block(query.shape[1], cached + key.shape[1], has_mask=mask is not None)
+        score_bias = self._check_score_bias_and_rope(
+            query, key, cached, reuse, score_bias, rope_positions
+        )
         # 1. Project, all heads at once (one matmul each), 2. split the heads.
         q = self._split_heads(self.W_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         if rope_positions is not None:  # the angle of each query's own position
             q = apply_rope(q, rope_positions)  # (B, H, T, Dh)
         if reuse:  # cross-attention: the encoder memory was projected at the first step
-            k, v = cache.k, cache.v  # (B, Hkv, S, Dh)
+            k, v = cache.k_heads, cache.v_heads  # (B, Hkv, S, Dh)
         else:
             k = self._split_heads(self.W_k(key), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
             v = self._split_heads(self.W_v(value), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
@@ -381,10 +397,10 @@ class MultiHeadAttention(nn.Module):
 
         # 3-5. Scale, mask, softmax, weigh the values: explicitly, or in one fused call.
         if need_weights or not _all_finite(q, k):
-            context, weights = self._attend_explicit(q, k, v, mask, empty, bias)
+            context, weights = self._attend_explicit(q, k, v, mask, empty, score_bias)
             weights = weights if need_weights else None
         else:
-            context, weights = self._attend_fused(q, k, v, mask, empty, bias), None
+            context, weights = self._attend_fused(q, k, v, mask, empty, score_bias), None
 
         # 6. Merge the heads back side by side, then mix them with W_o.
         output = self.W_o(self._merge_heads(context))  # (B, H, T, Dh) -> (B, T, D)
@@ -407,20 +423,19 @@ class MultiHeadAttention(nn.Module):
         v: Tensor,
         mask: Tensor | None,
         empty: Tensor | None,
-        bias: Tensor | None = None,
+        score_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """``softmax(q k^T / sqrt(Dh)) v`` step by step; returns (context, weights)."""
-        # Grouped-query attention: each group of H / Hkv query heads reads one shared
-        # key/value head (head h reads head h // group, as SDPA's enable_gqa does).
-        group = self.num_heads // self.num_kv_heads
-        if group > 1:
-            k = k.repeat_interleave(group, dim=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
-            v = v.repeat_interleave(group, dim=1)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+        # Grouped-query attention: each query head reads its shared key/value head.
+        if self.num_kv_heads != self.num_heads:
+            index = kv_head_index(self.num_heads, self.num_kv_heads).to(k.device)
+            k = k.index_select(1, index)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
+            v = v.index_select(1, index)  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
         # 3. Scores, scaled by 1/sqrt(Dh): scaling q (T*Dh numbers) instead of the
         #    scores (T*S numbers) is the same product and a cheaper pass.
         scores = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)  # (B,H,T,Dh) @ (B,H,Dh,S)
-        if bias is not None:  # ALiBi: shift the scaled scores, before the mask
-            scores.add_(bias)  # (B, H, T, S) + (..., T, S)
+        if score_bias is not None:  # ALiBi: shift the scaled scores, before the mask
+            scores.add_(score_bias)  # (B, H, T, S) + (..., T, S)
         # 4. Blocked positions get -inf, so the softmax gives them exactly 0. In place:
         #    `scores` is a fresh tensor, and the matmul's backward does not need it.
         if mask is not None:
@@ -445,13 +460,15 @@ class MultiHeadAttention(nn.Module):
         v: Tensor,
         mask: Tensor | None,
         empty: Tensor | None,
-        bias: Tensor | None = None,
+        score_bias: Tensor | None = None,
     ) -> Tensor:
         """Steps 3-5 in one call: PyTorch picks a kernel that never builds (B, H, T, S)."""
         dropout_p = self.dropout if self.training else 0.0
         attn_mask = mask
-        if bias is not None:  # SDPA takes one float attn_mask: the bias, -inf where blocked
-            attn_mask = bias if mask is None else torch.where(mask, bias, float("-inf"))
+        if score_bias is not None:  # SDPA takes one float attn_mask: -inf where blocked
+            attn_mask = score_bias if mask is None else torch.where(
+                mask, score_bias, float("-inf")
+            )
         context = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
             enable_gqa=self.num_kv_heads != self.num_heads,
@@ -461,7 +478,7 @@ class MultiHeadAttention(nn.Module):
 
 
 def _fits_scores(t: Tensor, target: tuple[int, int, int, int]) -> bool:
-    """Whether a mask or bias fits the scores ``(B, H, T, S)``, as in the NumPy core: at
+    """Whether a mask or score bias fits the scores ``(B, H, T, S)``, as in the NumPy core: at
     least ``(T, S)`` (a 1-D mask could mean queries or keys), and every dim 1 or equal
     to the scores' dim (no silent enlarging)."""
     if not 2 <= t.ndim <= 4:
@@ -483,114 +500,3 @@ def _all_finite(*tensors: Tensor) -> bool:
     """Whether no tensor holds NaN or inf. The fused kernel is not trusted with them:
     for a query row holding NaN, torch 2.13's CPU kernel returns zeros, not NaN."""
     return all(bool(torch.isfinite(t).all()) for t in tensors)
-
-
-# ------------------------------------------------------------ positions in attention
-# The torch twins of mha.apply_rope, mha.alibi_slopes and mha.alibi_bias (written
-# again here, not imported: the tests compare the two).
-
-
-def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
-    """Rotary position embedding: turn pair ``(2i, 2i + 1)`` of the vector at position
-    ``m`` by the angle ``m * base^(-2i / Dh)``.
-
-    The same function as ``mha.apply_rope`` (adjacent pairs, as in the RoFormer paper;
-    see there for the other convention), on tensors and with autograd.
-
-    Parameters
-    ----------
-    x : Tensor
-        ``(..., L, Dh)`` float, ``Dh`` even: query or key heads, e.g. ``(B, H, L, Dh)``.
-    positions : Tensor
-        Integer, ``(L,)`` or broadcastable to ``x``'s ``(..., L)`` without enlarging it.
-    base : float
-        Positive; 10000 in the paper.
-
-    Returns
-    -------
-    Tensor
-        Same shape and dtype as ``x``; the angles are computed in float64.
-    """
-    if not isinstance(x, Tensor) or not x.dtype.is_floating_point or x.ndim < 2:
-        kind = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"x must be a float tensor (..., L, Dh), got {kind}")
-    head_dim = x.shape[-1]
-    if head_dim % 2 != 0:
-        raise ValueError(
-            f"x's last dim Dh must be even (RoPE rotates pairs of dimensions), got shape "
-            f"{tuple(x.shape)}"
-        )
-    if not isinstance(positions, Tensor) or positions.dtype.is_floating_point or (
-        positions.dtype.is_complex or positions.dtype == torch.bool
-    ):
-        kind = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
-        raise ValueError(f"positions must be an integer tensor, got {kind}")
-    lead = tuple(x.shape[:-1])
-    if not 1 <= positions.ndim <= len(lead) or any(
-        got not in (1, want)
-        for got, want in zip(positions.shape[::-1], lead[::-1], strict=False)
-    ):
-        raise ValueError(
-            f"positions of shape {tuple(positions.shape)} does not broadcast to x's "
-            f"(..., L) = {lead}: it needs the L dim, and every dim must be 1 or match"
-        )
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not 0 < base < math.inf:
-        raise ValueError(f"base must be a positive finite number, got {base!r}")
-    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=x.device)  # (Dh/2,)
-    frequencies = torch.exp(two_i * (-math.log(base) / head_dim))  # base^(-2i/Dh)
-    angles = positions.to(torch.float64)[..., None] * frequencies  # (..., L, Dh/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, Dh/2): first and second of each pair
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2)  # (..., L, Dh/2, 2) -> (..., L, Dh)
-
-
-def alibi_slopes(
-    num_heads: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
-) -> Tensor:
-    """ALiBi's slope per head, as ``mha.alibi_slopes``: ``2^(-8k/H)``, ``k = 1..H``, for
-    ``H`` a power of two; otherwise those of the largest power of two ``p < H``, then
-    ``2^(-4k/p)`` for odd ``k = 1, 3, ...`` until there are ``H``.
-
-    Returns
-    -------
-    Tensor
-        ``(H,)`` in ``dtype`` (default: torch's default dtype).
-    """
-    num_heads = check_positive_int(num_heads, "num_heads")
-    power = 1 << (num_heads.bit_length() - 1)  # largest power of two <= H
-    k = torch.arange(1, power + 1, dtype=torch.float64)
-    slopes = torch.pow(2.0, -8.0 * k / power)  # (p,)
-    odd = 2 * torch.arange(num_heads - power, dtype=torch.float64) + 1  # (H - p,) 1, 3, ...
-    slopes = torch.cat([slopes, torch.pow(2.0, -4.0 * odd / power)])  # (H,)
-    return slopes.to(dtype=dtype or torch.get_default_dtype(), device=device)
-
-
-def alibi_bias(
-    num_heads: int,
-    size: int,
-    num_keys: int | None = None,
-    causal: bool = True,
-    *,
-    dtype: torch.dtype | None = None,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """ALiBi's additive bias ``-slope_h * distance``, as ``mha.alibi_bias``.
-
-    The queries are the last ``size = T`` of ``num_keys = S`` positions. ``causal``:
-    ``distance = i - j`` for keys up to the query and 0 for keys after it (the causal
-    mask blocks those); otherwise ``|i - j|``.
-
-    Returns
-    -------
-    Tensor
-        ``(H, T, S)``, ``<= 0``, for the ``bias`` of :meth:`MultiHeadAttention.forward`.
-    """
-    size, num_keys = check_queries_and_keys(size, num_keys)
-    slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
-    queries = torch.arange(num_keys - size, num_keys, device=device)  # (T,)
-    keys = torch.arange(num_keys, device=device)  # (S,)
-    offset = keys[None, :] - queries[:, None]  # (1, S) - (T, 1) -> (T, S): j - i
-    offset = offset.clamp(max=0) if causal else -offset.abs()  # integers: never -0
-    bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S)
-    return bias.to(dtype or torch.get_default_dtype())

@@ -7,7 +7,7 @@
   are (:func:`rope_permutation` relates its two pairing conventions);
 * :func:`alibi_slopes` and :func:`alibi_bias`: attention with linear biases, ALiBi
   (Press et al., 2022), which adds ``-slope * distance`` to the scaled scores, one slope
-  per head (``mha.scaled_dot_product_attention(..., bias=)``).
+  per head (``mha.scaled_dot_product_attention(..., score_bias=)``).
 
 All three use the same kind of numbers: the RoPE angles are those of the sinusoidal
 table, and ALiBi needs no table at all.

@@ -29,8 +29,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from mha._checks import as_bool_mask, as_float_array, check_mask_shape, check_positive_int
-from mha.attention import _check_qkv
+from mha._checks import (
+    as_bool_mask,
+    as_float_array,
+    check_mask_shape,
+    check_positive_int,
+    check_qkv,
+)
 
 __all__ = ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"]
 
@@ -153,7 +158,7 @@ def flash_attention(
         ``causal`` is set with ``S < T``.
     """
     q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     block_size = check_positive_int(block_size, "block_size")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")

@@ -1,13 +1,12 @@
-"""The encoder-decoder Transformer of "Attention Is All You Need", built on
-:class:`mha.modules.MultiHeadAttention`.
+"""The encoder-decoder Transformer of "Attention Is All You Need".
 
-Feed-forward network, encoder and decoder layers (post-norm as in the paper, or
-pre-norm), and the whole model with embeddings, the positions (the paper's sinusoidal
-encoding, read from :mod:`mha.positional`: it is data, not the attention under test;
-or RoPE or ALiBi inside self-attention, from :mod:`mha.modules`) and the output layer.
-The tests check the layers against PyTorch's ``nn.TransformerEncoderLayer`` /
-``nn.TransformerDecoderLayer`` / ``nn.Transformer`` with copied weights (see
-:mod:`mha.convert`).
+The whole model: embeddings, the positions, the encoder and decoder stacks of
+:mod:`mha.layers`, and the output layer, with a KV cache for decoding. Positions are
+the paper's sinusoidal table (read from the specification's :mod:`mha.positional`:
+the one place a torch module imports the specification, for data, not for the
+attention under test) or RoPE or ALiBi inside self-attention
+(:mod:`mha.positional_torch`). The tests check it against PyTorch's
+``nn.Transformer`` with copied weights (see :mod:`mha.convert`).
 
 Shape legend: B batch, H heads, T target length, S source length, D d_model,
 V vocabulary size. Masks: boolean, ``True`` = may attend.
@@ -19,303 +18,20 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha._checks import check_non_negative_int, check_positive_int
-from mha.modules import KVCache, MultiHeadAttention, alibi_bias
+from mha.layers import DecoderLayer, EncoderLayer
+from mha.modules import KVCache
 from mha.positional import sinusoidal_positional_encoding
+from mha.positional_torch import alibi_bias
+from mha.token_masks import check_token_ids, source_mask, target_mask
 
-__all__ = [
-    "POSITIONS",
-    "AttentionMaps",
-    "DecoderLayer",
-    "EncoderLayer",
-    "FeedForward",
-    "Transformer",
-    "source_mask",
-    "target_mask",
-]
+__all__ = ["POSITIONS", "AttentionMaps", "Transformer"]
 
 
 #: The position schemes a :class:`Transformer` can use (its ``positions`` argument).
 POSITIONS = ("sinusoidal", "rope", "alibi")
-
-# --------------------------------------------------------------------------- masks
-# Torch versions of mha.masks for token-id batches, so a model builds its masks on the
-# tokens' device without a NumPy round trip. Same convention: True = may attend.
-
-
-def source_mask(src: Tensor, pad_id: int) -> Tensor:
-    """Key-padding mask from token ids: real tokens may be attended to, padding may not.
-
-    Parameters
-    ----------
-    src : Tensor
-        ``(B, S)`` integer token ids.
-    pad_id : int
-        The id used for padding.
-
-    Returns
-    -------
-    Tensor
-        ``(B, 1, 1, S)`` bool, True where ``src != pad_id``; broadcasts against
-        ``(B, H, T, S)``. Equals ``mha.masks.padding_mask(tokens=src, pad_id=pad_id)``.
-    """
-    _check_tokens(src, "src")
-    return (src != pad_id)[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
-
-
-def target_mask(tgt_in: Tensor, pad_id: int) -> Tensor:
-    """Decoder self-attention mask: causal AND target padding.
-
-    Parameters
-    ----------
-    tgt_in : Tensor
-        ``(B, T)`` integer decoder input ids.
-    pad_id : int
-        The id used for padding.
-
-    Returns
-    -------
-    Tensor
-        ``(B, 1, T, T)`` bool: query ``t`` may attend to key ``u`` iff ``u <= t`` and
-        ``tgt_in[:, u] != pad_id``. Equals ``mha.masks.combine_masks(causal_mask(T),
-        padding_mask(tokens=tgt_in, pad_id=pad_id))``.
-    """
-    _check_tokens(tgt_in, "tgt_in")
-    size = tgt_in.shape[1]
-    causal = torch.ones(size, size, dtype=torch.bool, device=tgt_in.device).tril()  # (T, T)
-    padding = (tgt_in != pad_id)[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
-    return padding & causal  # (B, 1, 1, T) & (T, T) -> (B, 1, T, T)
-
-
-def _check_tokens(tokens: Tensor, name: str) -> None:
-    if not isinstance(tokens, Tensor) or tokens.ndim != 2:
-        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"{name} must be a (B, L) tensor of token ids, got shape {shape}")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
-
-
-# ------------------------------------------------------------------------ layers
-
-
-class FeedForward(nn.Module):
-    """Position-wise feed-forward network ``W_2 relu(W_1 x + b_1) + b_2``.
-
-    Parameters
-    ----------
-    d_model : int
-        Input and output width D.
-    d_ff : int
-        Hidden width (the paper uses 4 D).
-    dropout : float
-        Dropout on the hidden activations (as ``nn.TransformerEncoderLayer``).
-    bias : bool
-        Whether both linear maps have biases.
-    """
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = True):
-        super().__init__()
-        d_model = check_positive_int(d_model, "d_model")
-        d_ff = check_positive_int(d_ff, "d_ff")  # nn.Linear(D, True) would be 1 wide
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``(B, L, D) -> (B, L, D)``, each position independently."""
-        hidden = F.relu(self.linear1(x))  # (B, L, D) @ (D, d_ff) -> (B, L, d_ff)
-        return self.linear2(self.dropout(hidden))  # (B, L, d_ff) @ (d_ff, D) -> (B, L, D)
-
-
-
-class EncoderLayer(nn.Module):
-    """Transformer encoder layer: self-attention then feed-forward, each with a residual.
-
-    Post-norm (the paper, default): ``x = norm(x + sublayer(x))``.
-    Pre-norm (``norm_first=True``): ``x = x + sublayer(norm(x))`` — trains more easily in
-    deep stacks; the stack then needs a final LayerNorm (``Transformer`` adds it).
-
-    Parameters
-    ----------
-    d_model, num_heads, d_ff : int
-        Width, heads, feed-forward hidden width.
-    dropout : float
-        Dropout on attention weights, the FFN hidden layer and each sublayer output.
-    norm_first : bool
-        Pre-norm instead of post-norm.
-    layer_norm_eps : float
-        LayerNorm epsilon (PyTorch's default 1e-5).
-    bias : bool
-        Biases in all linear maps and LayerNorms.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-    ):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        need_weights: bool = False,
-        bias: Tensor | None = None,
-        rope_positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Encode ``x``.
-
-        Parameters
-        ----------
-        x : Tensor
-            ``(B, S, D)``.
-        mask : Tensor, optional
-            bool, True = may attend, broadcastable to ``(B, H, S, S)`` (usually source
-            padding ``(B, 1, 1, S)``).
-        need_weights : bool
-            Return the self-attention weights ``(B, H, S, S)``.
-        bias, rope_positions : Tensor, optional
-            Positions inside the self-attention (ALiBi's bias ``(H, S, S)``, RoPE's
-            positions ``(S,)``): see :meth:`MultiHeadAttention.forward`.
-
-        Returns
-        -------
-        x : Tensor
-            ``(B, S, D)``.
-        weights : Tensor or None
-        """
-        if self.norm_first:
-            h = self.norm1(x)
-            attended, weights = self.self_attn(
-                h, h, h, mask, need_weights, bias=bias, rope_positions=rope_positions
-            )
-            x = x + self.dropout1(attended)
-            x = x + self.dropout2(self.feed_forward(self.norm2(x)))
-        else:
-            attended, weights = self.self_attn(
-                x, x, x, mask, need_weights, bias=bias, rope_positions=rope_positions
-            )
-            x = self.norm1(x + self.dropout1(attended))
-            x = self.norm2(x + self.dropout2(self.feed_forward(x)))
-        return x, weights
-
-
-class DecoderLayer(nn.Module):
-    """Transformer decoder layer: masked self-attention, cross-attention, feed-forward.
-
-    Same residual/norm arrangement and parameters as :class:`EncoderLayer`, with a third
-    sublayer: cross-attention whose queries come from the decoder and whose keys and
-    values are the encoder output (``memory``).
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,
-    ):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, bias=bias)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout, bias=bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        self_mask: Tensor | None = None,
-        cross_mask: Tensor | None = None,
-        need_weights: bool = False,
-        cache: tuple[KVCache, KVCache] | None = None,
-        self_bias: Tensor | None = None,
-        rope_positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Decode ``x`` while attending to ``memory``.
-
-        Parameters
-        ----------
-        x : Tensor
-            ``(B, T, D)`` decoder input.
-        memory : Tensor
-            ``(B, S, D)`` encoder output.
-        self_mask : Tensor, optional
-            bool, broadcastable to ``(B, H, T, T)`` (causal AND target padding).
-        cross_mask : Tensor, optional
-            bool, broadcastable to ``(B, H, T, S)`` (source padding ``(B, 1, 1, S)``).
-        need_weights : bool
-            Return the attention weights.
-        cache : (KVCache, KVCache), optional
-            The self-attention cache of the earlier positions, and the (fixed) cache
-            of the projected memory; ``x`` then holds the new positions only.
-        self_bias, rope_positions : Tensor, optional
-            Positions inside the self-attention only (ALiBi's causal bias ``(H, T,
-            S)``, RoPE's positions ``(T,)`` of the new positions): see
-            :meth:`MultiHeadAttention.forward`. Cross-attention gets neither.
-
-        Returns
-        -------
-        x : Tensor
-            ``(B, T, D)``.
-        self_weights : Tensor or None
-            ``(B, H, T, T)``.
-        cross_weights : Tensor or None
-            ``(B, H, T, S)``.
-        """
-        self_cache, cross_cache = (None, None) if cache is None else cache
-        positions = {"bias": self_bias, "rope_positions": rope_positions}
-        if self.norm_first:
-            h = self.norm1(x)
-            attended, self_weights = self.self_attn(
-                h, h, h, self_mask, need_weights, self_cache, **positions
-            )
-            x = x + self.dropout1(attended)
-            h = self.norm2(x)
-            attended, cross_weights = self.cross_attn(
-                h, memory, memory, cross_mask, need_weights, cross_cache
-            )
-            x = x + self.dropout2(attended)
-            x = x + self.dropout3(self.feed_forward(self.norm3(x)))
-        else:
-            attended, self_weights = self.self_attn(
-                x, x, x, self_mask, need_weights, self_cache, **positions
-            )
-            x = self.norm1(x + self.dropout1(attended))
-            attended, cross_weights = self.cross_attn(
-                x, memory, memory, cross_mask, need_weights, cross_cache
-            )
-            x = self.norm2(x + self.dropout2(attended))
-            x = self.norm3(x + self.dropout3(self.feed_forward(x)))
-        return x, self_weights, cross_weights
-
-
-# -------------------------------------------------------------------- transformer
 
 
 @dataclass
@@ -362,9 +78,9 @@ class Transformer(nn.Module):
         Where the model learns the order of the tokens, one of :data:`POSITIONS`:
         ``"sinusoidal"`` (the paper: a fixed table added to the embeddings),
         ``"rope"`` (RoPE: the queries and keys of every self-attention rotated by their
-        positions, :func:`mha.modules.apply_rope`; needs an even head_dim) or
+        positions, :func:`mha.positional_torch.apply_rope`; needs an even head_dim) or
         ``"alibi"`` (ALiBi: ``-slope * distance`` added to the self-attention scores,
-        :func:`mha.modules.alibi_bias`, symmetric in the encoder and causal in the
+        :func:`mha.positional_torch.alibi_bias`, symmetric in the encoder and causal in the
         decoder). With RoPE and ALiBi no table is added to the embeddings, and the
         cross-attention gets no position information (its queries and keys come from
         two different sequences).
@@ -475,7 +191,7 @@ class Transformer(nn.Module):
         self, tokens: Tensor, embedding: nn.Embedding, name: str, start: int = 0
     ) -> Tensor:
         """Embed ``tokens[:, start:]``, which sit at positions ``start, start + 1, ...``."""
-        _check_tokens(tokens, name)
+        check_token_ids(tokens, name)
         length = tokens.shape[1]
         if length > self.max_len:
             raise ValueError(
@@ -487,21 +203,21 @@ class Transformer(nn.Module):
             x = x + self.positional_encoding[start:length]
         return self.embedding_dropout(x)
 
-    def _self_attention_positions(
+    def _position_inputs(
         self, size: int, num_keys: int, causal: bool, x: Tensor
-    ) -> dict[str, Tensor | None]:
-        """The position inputs of a self-attention whose queries are the last ``size``
-        of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's positions
-        ``(T,)`` (absolute, so a cached decoder rotates each new query at its place);
-        nothing for the sinusoidal table, which is already in ``x``."""
-        bias = rope = None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """``(score_bias, rope_positions)`` for a self-attention whose queries are the
+        last ``size`` of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's
+        positions ``(T,)`` (absolute, so a cached decoder rotates each new query at its
+        place); neither for the sinusoidal table, which is already in ``x``."""
+        score_bias = rope_positions = None
         if self.positions == "alibi" and size > 0:  # no new position: nothing to bias
-            bias = alibi_bias(
+            score_bias = alibi_bias(
                 self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
             )  # (H, T, S)
         elif self.positions == "rope":
-            rope = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
-        return {"bias": bias, "rope_positions": rope}
+            rope_positions = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
+        return score_bias, rope_positions
 
     def new_cache(self) -> list[tuple[KVCache, KVCache]]:
         """Empty caches for :meth:`decode`: per decoder layer, one for the growing
@@ -528,10 +244,11 @@ class Transformer(nn.Module):
         x = self._embed(src, self.src_embedding, "src")
         mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
         size = src.shape[1]
-        positions = self._self_attention_positions(size, size, causal=False, x=x)
+        score_bias, rope_positions = self._position_inputs(size, size, causal=False, x=x)
         enc_weights = []
         for layer in self.encoder_layers:
-            x, weights = layer(x, mask, need_weights, **positions)
+            x, weights = layer(x, mask, need_weights=need_weights, score_bias=score_bias,
+                               rope_positions=rope_positions)  # fmt: skip
             if need_weights:
                 enc_weights.append(weights)
         return self.encoder_norm(x), enc_weights
@@ -572,13 +289,13 @@ class Transformer(nn.Module):
         cross_weights : list of Tensor
             One ``(B, H, T, S)`` per layer (empty unless ``need_weights``).
         """
-        _check_tokens(src, "src")
+        check_token_ids(src, "src")
         if memory.ndim != 3 or memory.shape[:2] != src.shape or memory.shape[2] != self.d_model:
             raise ValueError(
                 f"memory must have shape (B, S, d_model) = {(*src.shape, self.d_model)} to "
                 f"match src {tuple(src.shape)}, got {tuple(memory.shape)}"
             )
-        _check_tokens(tgt_in, "tgt_in")
+        check_token_ids(tgt_in, "tgt_in")
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"tgt_in and src must have the same batch size, got shapes "
@@ -590,13 +307,13 @@ class Transformer(nn.Module):
         cross_mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
         size = tgt_in.shape[1]
         # The new positions start..size-1 attend to all of 0..size-1.
-        positions = self._self_attention_positions(size - start, size, causal=True, x=x)
+        score_bias, rope_positions = self._position_inputs(size - start, size, causal=True, x=x)
         self_weights, cross_weights = [], []
         caches = cache if cache is not None else [None] * len(self.decoder_layers)
         for layer, layer_cache in zip(self.decoder_layers, caches, strict=True):
             x, sw, cw = layer(
-                x, memory, self_mask, cross_mask, need_weights, layer_cache,
-                self_bias=positions["bias"], rope_positions=positions["rope_positions"],
+                x, memory, self_mask, cross_mask, need_weights=need_weights,
+                cache=layer_cache, self_score_bias=score_bias, rope_positions=rope_positions,
             )
             if need_weights:
                 self_weights.append(sw)
@@ -623,8 +340,10 @@ class Transformer(nn.Module):
         logits : Tensor
             ``(B, T, V)``; with ``need_weights``, ``(logits, AttentionMaps)``.
         """
-        memory, enc_weights = self.encode(src, need_weights)
-        logits, self_weights, cross_weights = self.decode(tgt_in, memory, src, need_weights)
+        memory, enc_weights = self.encode(src, need_weights=need_weights)
+        logits, self_weights, cross_weights = self.decode(
+            tgt_in, memory, src, need_weights=need_weights
+        )
         if need_weights:
             return logits, AttentionMaps(enc_weights, self_weights, cross_weights)
         return logits

@@ -442,7 +442,7 @@ def test_to_torch_round_trip(dtype, bias) -> None:
 
 
 def test_from_torch_rejects_features_mha_does_not_have() -> None:
-    with pytest.raises(TypeError, match="nn.MultiheadAttention"):
+    with pytest.raises(ValueError, match="nn.MultiheadAttention"):
         convert.params_from_torch(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="add_bias_kv"):
         convert.params_from_torch(nn.MultiheadAttention(4, 2, add_bias_kv=True))

@@ -862,7 +862,7 @@ def test_an_unknown_name_lists_the_known_ones() -> None:
 
 
 def test_a_candidate_must_be_callable() -> None:
-    with pytest.raises(TypeError, match="candidate must be a function, got ndarray"):
+    with pytest.raises(ValueError, match="candidate must be a function, got ndarray"):
         exercises.check("softmax", np.zeros(3))
 
 

@@ -1,4 +1,4 @@
-"""mha.convert.mean_pool_kv_heads: multi-head attention turned into grouped-query
+"""mha.gqa_pooling.mean_pool_kv_heads: multi-head attention turned into grouped-query
 attention by averaging the key and value heads of each group (Ainslie et al., 2023)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import mha
-from mha.convert import mean_pool_all_kv_heads, mean_pool_kv_heads, relative_output_change
+from mha.gqa_pooling import mean_pool_all_kv_heads, mean_pool_kv_heads, relative_output_change
 from mha.modules import MultiHeadAttention
 from mha.transformer import Transformer
 from mha.translator import CHECKPOINT, Translator, generate_corpus, load_pretrained, read_metadata
@@ -170,7 +170,7 @@ def test_bad_arguments_are_named():
             mean_pool_kv_heads(m, bad)
     with pytest.raises(ValueError, match="num_kv_heads=2 must divide the module's 1"):
         mean_pool_kv_heads(module(num_kv_heads=1), 2)
-    with pytest.raises(TypeError, match="MultiHeadAttention"):
+    with pytest.raises(ValueError, match="MultiHeadAttention"):
         mean_pool_kv_heads(torch.nn.MultiheadAttention(16, 4), 2)
     with pytest.raises(ValueError, match="contains no MultiHeadAttention"):
         mean_pool_all_kv_heads(torch.nn.Linear(4, 4), 1)
@@ -204,7 +204,7 @@ def test_every_attention_of_a_transformer_is_pooled_in_a_copy():
     torch.testing.assert_close(
         torch.cat(steps, dim=1), grouped.decode(tgt, memory, src)[0], **CLOSE
     )
-    assert cache[0][0].k.shape == (2, 1, 3, 4)  # (B, Hkv, S, Dh)
+    assert cache[0][0].k_heads.shape == (2, 1, 3, 4)  # (B, Hkv, S, Dh)
 
 
 @pytest.mark.slow

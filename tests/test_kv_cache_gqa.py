@@ -50,7 +50,7 @@ def test_cached_decoding_equals_one_causal_pass(num_kv_heads, sizes, need_weight
         outs.append(out)
         weights.append(w)
     torch.testing.assert_close(torch.cat(outs, dim=1), full, **CLOSE)
-    assert cache.k.shape == (3, num_kv_heads, 7, 3)  # only the shared heads are stored
+    assert cache.k_heads.shape == (3, num_kv_heads, 7, 3)  # only the shared heads are stored
     if need_weights:
         for part, w in zip(chunks(7, sizes), weights, strict=True):
             torch.testing.assert_close(w, full_w[:, :, part, : part.stop], **CLOSE)

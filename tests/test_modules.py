@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mha import convert
-from mha.attention import AttentionParams, multi_head_attention
+from mha.attention import multi_head_attention
 from mha.masks import (
     causal_mask,
     combine_masks,
@@ -26,6 +26,7 @@ from mha.masks import (
     to_torch_key_padding_mask,
 )
 from mha.modules import MultiHeadAttention
+from mha.params import AttentionParams
 
 # Tiny tensors: a second thread made each test ~20x slower when the other core was busy.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -345,7 +346,7 @@ def test_numpy_to_torch_agrees_with_ours() -> None:
 
 
 def test_from_torch_rejects_unsupported_modules() -> None:
-    with pytest.raises(TypeError, match="nn.MultiheadAttention"):
+    with pytest.raises(ValueError, match="nn.MultiheadAttention"):
         convert.module_from_torch(nn.Linear(4, 4))
     with pytest.raises(ValueError, match="add_bias_kv"):
         convert.module_from_torch(nn.MultiheadAttention(4, 2, add_bias_kv=True))
@@ -354,7 +355,7 @@ def test_from_torch_rejects_unsupported_modules() -> None:
 
 
 def test_from_params_rejects_non_square_key_projection() -> None:
-    with pytest.raises(TypeError, match="params must be an AttentionParams, got dict"):
+    with pytest.raises(ValueError, match="params must be an AttentionParams, got dict"):
         convert.params_to_module({"W_q": np.eye(4)}, num_heads=2)
     rng = np.random.default_rng(0)
     params = AttentionParams(
@@ -460,7 +461,7 @@ def module() -> MultiHeadAttention:
 
 
 def test_d_model_not_divisible_by_heads() -> None:
-    with pytest.raises(ValueError, match="d_model=10, num_heads=3"):
+    with pytest.raises(ValueError, match="d_model=10 is not divisible by num_heads=3"):
         MultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match="dropout"):
         MultiHeadAttention(8, 2, dropout=1.0)

@@ -21,9 +21,9 @@ from numerics import EPS64, assert_same_greedy_tokens
 import mha
 from mha import convert
 from mha.modules import KVCache, MultiHeadAttention
-from mha.modules import alibi_bias as torch_alibi_bias
-from mha.modules import alibi_slopes as torch_alibi_slopes
-from mha.modules import apply_rope as torch_apply_rope
+from mha.positional_torch import alibi_bias as torch_alibi_bias
+from mha.positional_torch import alibi_slopes as torch_alibi_slopes
+from mha.positional_torch import apply_rope as torch_apply_rope
 from mha.transformer import POSITIONS, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -289,9 +289,9 @@ def test_alibi_equals_the_reference_formulation_after_the_softmax():
     mask = mha.causal_mask(T, num_keys=S)
     reference = mha.alibi_slopes(H)[:, None, None] * np.arange(S)  # (H, 1, 1) * (S,) -> (H, 1, S)
     ours, w_ours = mha.scaled_dot_product_attention(
-        q, k, v, mask, bias=mha.alibi_bias(H, T, num_keys=S)
+        q, k, v, mask, score_bias=mha.alibi_bias(H, T, num_keys=S)
     )
-    theirs, w_theirs = mha.scaled_dot_product_attention(q, k, v, mask, bias=reference)
+    theirs, w_theirs = mha.scaled_dot_product_attention(q, k, v, mask, score_bias=reference)
     np.testing.assert_allclose(ours, theirs, **CLOSE)
     np.testing.assert_allclose(w_ours, w_theirs, **CLOSE)
     plain, _ = mha.scaled_dot_product_attention(q, k, v, mask)
@@ -357,7 +357,7 @@ def test_sdpa_bias_equals_torch_with_a_float_attn_mask(bias_shape, mask_kind):
         "causal": mha.causal_mask(T, num_keys=S),
         "padding": mha.padding_mask(lengths=[7, 4], max_len=S),
     }[mask_kind]
-    context, weights = mha.scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    context, weights = mha.scaled_dot_product_attention(q, k, v, mask, score_bias=bias)
     np.testing.assert_allclose(context, sdpa_float_mask(q, k, v, mask, bias), **CLOSE)
     # the bias enters before the softmax: the weights are softmax(scaled + bias)
     scaled = q @ np.swapaxes(k, -1, -2) / math.sqrt(Dh) + bias
@@ -370,7 +370,7 @@ def test_bias_never_unblocks_and_empty_rows_stay_zero():
     mask = mha.causal_mask(4)
     mask[2] = False  # query 2 may attend to nothing
     bias = np.full((4, 4), 50.0)  # a large bonus everywhere, blocked keys included
-    context, weights = mha.scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    context, weights = mha.scaled_dot_product_attention(q, k, v, mask, score_bias=bias)
     assert np.all(weights[..., ~mask] == 0.0)
     assert np.all(weights[..., 2, :] == 0.0) and np.all(context[..., 2, :] == 0.0)
     assert not np.isnan(context).any()
@@ -380,7 +380,7 @@ def test_bias_never_unblocks_and_empty_rows_stay_zero():
 def test_zero_bias_changes_nothing_and_keeps_float32():
     q, k, v = rng(11).normal(size=(3, 2, 4, 3)).astype(np.float32)
     plain = mha.scaled_dot_product_attention(q, k, v)
-    zero = mha.scaled_dot_product_attention(q, k, v, bias=np.zeros((4, 4)))
+    zero = mha.scaled_dot_product_attention(q, k, v, score_bias=np.zeros((4, 4)))
     # exact: adding 0.0 leaves each score as it is; the rest is the same computation
     np.testing.assert_array_equal(zero[0], plain[0])
     np.testing.assert_array_equal(zero[1], plain[1])
@@ -403,11 +403,11 @@ def test_zero_bias_changes_nothing_and_keeps_float32():
 def test_spec_bias_errors(bias, match):
     q, k = np.zeros((1, 2, 4, 3)), np.zeros((1, 2, 5, 3))
     with pytest.raises(ValueError, match=match):
-        mha.scaled_dot_product_attention(q, k, k, bias=bias)
+        mha.scaled_dot_product_attention(q, k, k, score_bias=bias)
     params = mha.AttentionParams.init(6)
     with pytest.raises(ValueError, match=match):
         mha.multi_head_attention(np.zeros((1, 4, 6)), np.zeros((1, 5, 6)), np.zeros((1, 5, 6)),
-                                 params, 2, bias=bias)  # fmt: skip
+                                 params, 2, score_bias=bias)  # fmt: skip
 
 
 def test_multi_head_attention_bias_goes_into_every_head():
@@ -415,11 +415,11 @@ def test_multi_head_attention_bias_goes_into_every_head():
     x = rng(12).normal(size=(2, 5, 12))
     bias = mha.alibi_bias(4, 5)
     mask = mha.causal_mask(5)
-    steps = mha.multi_head_attention_steps(x, x, x, params, 4, mask=mask, bias=bias)
+    steps = mha.multi_head_attention_steps(x, x, x, params, 4, mask=mask, score_bias=bias)
     expected = np.where(mask, steps.scaled + bias, -np.inf)
     np.testing.assert_array_equal(steps.masked, expected)  # the same elementwise sum
     context, weights = mha.scaled_dot_product_attention(
-        steps.q_heads, steps.k_heads, steps.v_heads, mask, bias=bias
+        steps.q_heads, steps.k_heads, steps.v_heads, mask, score_bias=bias
     )
     np.testing.assert_allclose(steps.weights, weights, **CLOSE)
     np.testing.assert_allclose(steps.context, context, **CLOSE)
@@ -446,10 +446,10 @@ def test_module_bias_equals_the_specification(num_kv_heads, need_weights, grad):
     x = rng(13).normal(size=(2, 6, 16))
     mask = mha.combine_masks(mha.causal_mask(6), mha.padding_mask(lengths=[6, 4]))
     bias = rng(14).normal(size=(4, 6, 6))
-    want, want_w = mha.multi_head_attention(x, x, x, params, 4, mask=mask, bias=bias)
+    want, want_w = mha.multi_head_attention(x, x, x, params, 4, mask=mask, score_bias=bias)
     t = torch.from_numpy(x)
     with torch.set_grad_enabled(grad):
-        out, w = m(t, t, t, mask=torch.from_numpy(mask), bias=torch.from_numpy(bias),
+        out, w = m(t, t, t, mask=torch.from_numpy(mask), score_bias=torch.from_numpy(bias),
                    need_weights=need_weights)  # fmt: skip
     np.testing.assert_allclose(out.detach().numpy(), want, **CLOSE)
     if need_weights:
@@ -463,7 +463,7 @@ def test_module_bias_keeps_empty_rows_zero_on_both_paths(need_weights):
     mask = torch.ones(4, 4, dtype=torch.bool).tril()
     mask[1] = False
     with torch.no_grad():
-        out, _ = m(x, x, x, mask=mask, bias=torch.full((4, 4), 30.0, dtype=torch.float64),
+        out, _ = m(x, x, x, mask=mask, score_bias=torch.full((4, 4), 30.0, dtype=torch.float64),
                    need_weights=need_weights)  # fmt: skip
         # A row with nothing to attend to gives W_o applied to a zero context: b_o.
         torch.testing.assert_close(out[0, 1], m.W_o.bias, rtol=0, atol=0)
@@ -475,8 +475,8 @@ def test_module_casts_the_bias_to_its_dtype(need_weights):
     m = MultiHeadAttention(8, 2)  # float32
     x = torch.randn(1, 3, 8)
     bias = torch_alibi_bias(2, 3, dtype=torch.float64)
-    out, _ = m(x, x, x, bias=bias, need_weights=need_weights)
-    want, _ = m(x, x, x, bias=bias.float(), need_weights=need_weights)
+    out, _ = m(x, x, x, score_bias=bias, need_weights=need_weights)
+    want, _ = m(x, x, x, score_bias=bias.float(), need_weights=need_weights)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, want, rtol=0, atol=0)
 
@@ -498,7 +498,7 @@ def test_module_bias_errors(bias, match, need_weights):
     m = MultiHeadAttention(8, 2)
     q, k = torch.randn(2, 5, 8), torch.randn(2, 4, 8)
     with pytest.raises(ValueError, match=match):
-        m(q, k, k, bias=bias, need_weights=need_weights)
+        m(q, k, k, score_bias=bias, need_weights=need_weights)
 
 
 def spec_rope_attention(params, x, num_heads, mask, positions):
@@ -552,7 +552,7 @@ def test_module_cached_decoding_equals_one_causal_pass(scheme, num_kv_heads, siz
         if scheme == "rope":
             return {"rope_positions": torch.arange(part.start, part.stop)}
         size = part.stop - part.start
-        return {"bias": torch_alibi_bias(4, size, num_keys=part.stop, dtype=torch.float64)}
+        return {"score_bias": torch_alibi_bias(4, size, num_keys=part.stop, dtype=torch.float64)}
 
     whole = slice(0, 7)
     full, full_w = m(x, x, x, mask=torch.from_numpy(mha.causal_mask(7)), **extra(whole))
@@ -579,7 +579,7 @@ def test_module_rolling_cache_with_rope_or_alibi(scheme):
     if scheme == "rope":
         full, _ = m(x, x, x, mask=band, rope_positions=torch.arange(length))
     else:
-        full, _ = m(x, x, x, mask=band, bias=torch_alibi_bias(4, length, dtype=torch.float64))
+        full, _ = m(x, x, x, mask=band, score_bias=torch_alibi_bias(4, length, dtype=torch.float64))
     cache, outs = KVCache(window=window), []
     for t in range(length):
         new = x[:, t : t + 1]
@@ -588,7 +588,7 @@ def test_module_rolling_cache_with_rope_or_alibi(scheme):
         else:
             kept = cache.kept_length + 1
             bias = torch_alibi_bias(4, 1, num_keys=kept, dtype=torch.float64)
-            out, _ = m(new, new, new, cache=cache, bias=bias)
+            out, _ = m(new, new, new, cache=cache, score_bias=bias)
         outs.append(out)
         assert cache.length == min(t + 1, window)
     torch.testing.assert_close(torch.cat(outs, dim=1), full, **CLOSE)
@@ -666,7 +666,8 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
 
     def record(name):
         def hook(_module, _args, kwargs):
-            seen.setdefault(name, []).append((kwargs.get("bias"), kwargs.get("rope_positions")))
+            inputs = (kwargs.get("score_bias"), kwargs.get("rope_positions"))
+            seen.setdefault(name, []).append(inputs)
 
         return hook
 

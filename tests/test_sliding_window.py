@@ -223,7 +223,7 @@ def test_module_rolling_cache_equals_one_band_pass(window, sizes, num_kv_heads, 
                 assert w is None
             new = part.stop - part.start
             assert cache.length == min(part.start, window - 1) + new <= window - 1 + new
-            assert cache.k.shape == cache.v.shape == (2, num_kv_heads, cache.length, 3)
+            assert cache.k_heads.shape == cache.v_heads.shape == (2, num_kv_heads, cache.length, 3)
             if sizes == [1] and part.stop >= window:
                 assert cache.length == window
 
@@ -263,8 +263,8 @@ def test_module_equals_the_specification_step_by_step(sizes, kv_dim):
                 np.testing.assert_allclose(t_out.numpy(), out, **CLOSE)
                 if need_weights:
                     np.testing.assert_allclose(t_w.numpy(), w, **CLOSE)
-                np.testing.assert_allclose(t_cache.k.numpy(), cache.k_heads, **CLOSE)
-                np.testing.assert_allclose(t_cache.v.numpy(), cache.v_heads, **CLOSE)
+                np.testing.assert_allclose(t_cache.k_heads.numpy(), cache.k_heads, **CLOSE)
+                np.testing.assert_allclose(t_cache.v_heads.numpy(), cache.v_heads, **CLOSE)
     back = convert.params_from_module(m)
     assert np.array_equal(back.W_k, params.W_k) and back.kv_dim == kv_dim
 

@@ -12,12 +12,8 @@ from torch import nn
 from mha import convert
 from mha.masks import causal_mask, combine_masks, padding_mask
 from mha.positional import sinusoidal_positional_encoding
-from mha.transformer import (
-    AttentionMaps,
-    Transformer,
-    source_mask,
-    target_mask,
-)
+from mha.token_masks import source_mask, target_mask
+from mha.transformer import AttentionMaps, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -298,7 +294,7 @@ def test_bad_inputs_raise_value_errors() -> None:
     memory, _ = model.encode(src)
     with pytest.raises(ValueError, match=r"memory must have shape .* \(3, 6, 32\).* \(3, 5, 32\)"):
         model.decode(tgt_in, memory[:, :5], src)
-    with pytest.raises(ValueError, match="d_model=30, num_heads=4"):
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by num_heads=4"):
         Transformer(SRC_V, TGT_V, d_model=30, num_heads=4)
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha.transformer import DecoderLayer, EncoderLayer, Transformer
+from mha.layers import DecoderLayer, EncoderLayer
+from mha.transformer import Transformer
 from mha.translator import (
     CHECKPOINT,
     Translator,

@@ -224,12 +224,10 @@ def check(name: str, candidate: Callable[..., Any]) -> Verdict:
     Raises
     ------
     ValueError
-        If ``name`` is not one of :func:`names`.
-    TypeError
-        If ``candidate`` is not callable.
+        If ``name`` is not one of :func:`names`, or ``candidate`` is not callable.
     """
     exercise = _exercise(name)
     if not callable(candidate):
-        raise TypeError(f"candidate must be a function, got {type(candidate).__name__}")
+        raise ValueError(f"candidate must be a function, got {type(candidate).__name__}")
     cases = exercise.cases(np.random.default_rng(_SEED))
     return Verdict(_judge(name, candidate, exercise, cases))
