@@ -69,7 +69,7 @@ site-build: setup
 	$(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
 
 lint: venv
-	$(BIN)/ruff check mha tests book/notebooks book/_ext
+	$(BIN)/ruff check mha tests tools book/notebooks book/_ext
 
 # Two workers (this machine has two cores). nbval needs each notebook whole on one
 # worker (loadfile); the unit tests balance better when an idle worker steals work
@@ -85,7 +85,7 @@ unit: venv
 		-n 2 --dist worksteal -p no:nbval -p no:playwright -p no:base_url -p no:anyio $(COV)
 
 check-notebooks: venv
-	$(PY) tests/nbtools.py check
+	$(PY) -m tools.nbtools check
 
 # Plugins a stage has no use for are not loaded: each costs up to a second of start-up
 # in every process (the controller and each worker). Alone, nbval takes two workers;
@@ -106,7 +106,7 @@ browser: venv
 # (one notebook at a time), and the unit tests on two workers. Each stage's time is
 # printed at the end.
 test: setup
-	$(PY) tests/stages.py \
+	$(PY) -m tools.stages \
 		"lint=$(MAKE) --no-print-directory lint" \
 		"site+browser=$(MAKE) --no-print-directory site-build browser &" \
 		"nbval=$(MAKE) --no-print-directory nbval NBVAL_XDIST='-p no:xdist' &" \
@@ -116,15 +116,15 @@ test: setup
 # Neither the unit tests nor the stored outputs may depend on the CPU: both again, as
 # if on two other CPUs.
 portability: venv
-	$(PY) tests/simulated_cpu.py
+	$(PY) -m tools.simulated_cpu
 
 notebooks: venv
-	$(PY) tests/nbtools.py regen $(NB)
+	$(PY) -m tools.nbtools regen $(NB)
 
 # One notebook per chapter, solutions removed, stubs checked by mha.exercises. A file
 # that exists is the learner's work and is kept unless REFRESH=1 (then backed up).
 workbook: venv
-	$(PY) tests/workbook.py $(if $(REFRESH),--refresh) $(NB)
+	$(PY) -m tools.workbook $(if $(REFRESH),--refresh) $(NB)
 
 $(LAB_SETTINGS):
 	mkdir -p $(dir $@)

@@ -1,5 +1,5 @@
-"""tests/stages.py, the runner of `make test`: order, failures, and honest stage times;
-and how tests/simulated_cpu.py runs those stages on simulated CPUs."""
+"""tools/stages.py, the runner of `make test`: order, failures, and honest stage times;
+and how tools/simulated_cpu.py runs those stages on simulated CPUs."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-STAGES = Path(__file__).resolve().parent / "stages.py"
+from tools import ROOT, simulated_cpu, stages
 
 
-def run(*stages: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(STAGES), *stages], capture_output=True,
-                          text=True, timeout=60, check=False)
+def run(*specs: str) -> subprocess.CompletedProcess:
+    """The runner as `make test` starts it: ``python -m tools.stages`` from the root."""
+    return subprocess.run([sys.executable, "-m", "tools.stages", *specs], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def seconds(out: str, name: str) -> float:
@@ -58,11 +59,9 @@ def test_a_browser_test_outside_test_site_is_refused():
 
 
 def test_stages_run_in_the_environment_given(capsys):
-    """tests/simulated_cpu.py runs make test's stages under a simulated CPU's variables:
+    """tools/simulated_cpu.py runs make test's stages under a simulated CPU's variables:
     the foreground and the background stage must both see them."""
     import os
-
-    import stages
 
     check = 'test "$SIMULATED" = yes'
     env = {**os.environ, "SIMULATED": "yes"}
@@ -76,10 +75,7 @@ def test_stages_run_in_the_environment_given(capsys):
 def test_simulated_cpus_leave_out_only_existing_tooling_tests():
     """A renamed tooling test would otherwise be re-run there, and a typo would make
     `--ignore` skip nothing."""
-    import simulated_cpu
-
-    root = Path(__file__).resolve().parent.parent
-    missing = [name for name in simulated_cpu.TOOLING_TESTS if not (root / name).is_file()]
+    missing = [name for name in simulated_cpu.TOOLING_TESTS if not (ROOT / name).is_file()]
     assert not missing
     unit = next(c for c in simulated_cpu.stage_commands() if c.startswith("unit="))
     assert all(name in unit for name in simulated_cpu.TOOLING_TESTS)
@@ -88,8 +84,6 @@ def test_simulated_cpus_leave_out_only_existing_tooling_tests():
 def test_mkl_is_expected_to_keep_its_own_branch_only_off_intel():
     """MKL_CBWR=AVX2 is honoured on Intel CPUs; elsewhere MKL stays on AUTO (seen on an
     AMD EPYC), which the probe must accept rather than fail every run there."""
-    import simulated_cpu
-
     assert simulated_cpu.expected("avx2", "GenuineIntel")["mkl"] == "CNR:AVX2"
     assert simulated_cpu.expected("avx2", "AuthenticAMD")["mkl"] == "CNR:AUTO"
     for vendor in ("GenuineIntel", "AuthenticAMD"):

@@ -358,7 +358,7 @@ def test_results_file_table_fits_the_book(results):
 # The configuration re-run, and how far outside the recorded seeds' spread its scores may
 # fall. Sinusoidal: the tightest spread over the five seeds (held-out 0.989-1.000, longer
 # 0.098-0.171), so the check means the most. The margins are the largest change that a
-# simulated CPU (tests/simulated_cpu.py's "avx2" and "baseline" profiles) made to a
+# simulated CPU (tools/simulated_cpu.py's "avx2" and "baseline" profiles) made to a
 # single run's score, over every scheme with seeds 0 and 1: 0.020 on held-out (ALiBi),
 # 0.055 on longer (RoPE; sinusoidal moved at most 0.011 and 0.030), rounded up.
 RERUN = ("sinusoidal", 0)

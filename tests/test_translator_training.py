@@ -120,7 +120,7 @@ def test_command_reproduces_the_shipped_checkpoint(tmp_path):
     heldout = float(lines[-1].rsplit(" ", 1)[1])
     compositional = float(lines[-2].rsplit(" ", 1)[1])
     # Training numbers differ from CPU to CPU (see chapter 7): the margins held on
-    # every simulated CPU (tests/simulated_cpu.py), where seed 0 scored >= 0.996.
+    # every simulated CPU (tools/simulated_cpu.py), where seed 0 scored >= 0.996.
     assert heldout == pytest.approx(shipped["scores"]["heldout"], abs=0.02)
     assert compositional == pytest.approx(shipped["scores"]["compositional"], abs=0.07)
     assert heldout >= 0.98 and compositional >= 0.93

@@ -12,8 +12,9 @@ import jupytext
 import nbformat
 import numpy as np
 import pytest
-import workbook
-from nbtools import _source_text, kernel_env
+
+from tools import ROOT, cell_source, workbook
+from tools.nbtools import kernel_env
 
 CHAPTERS = workbook.chapter_names()
 
@@ -34,7 +35,7 @@ def solutions(name: str) -> tuple[list, list[str]]:
             if inside:
                 code.append(cell)
             else:
-                outside += [line.strip() for line in _source_text(cell).splitlines()]
+                outside += [line.strip() for line in cell_source(cell).splitlines()]
     return code, outside
 
 
@@ -46,7 +47,7 @@ def workbooks() -> dict:
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_workbook_holds_no_solution_code(workbooks, name):
     code, outside = solutions(name)
-    text = "\n".join(_source_text(c) for c in workbooks[name].cells)
+    text = "\n".join(cell_source(c) for c in workbooks[name].cells)
     lines = {line.strip() for line in text.splitlines()}
     stubs = {  # the signature is given away on purpose
         line.strip()
@@ -56,7 +57,7 @@ def test_workbook_holds_no_solution_code(workbooks, name):
     leaked = [
         line.strip()
         for cell in code
-        for line in _source_text(cell).splitlines()
+        for line in cell_source(cell).splitlines()
         if len(line.strip()) > 12 and line.strip() not in outside and line.strip() in lines
         and line.strip() not in stubs
         and not line.strip().startswith(("from mha import", "exercises.check("))
@@ -171,7 +172,7 @@ def names_needed_from_solutions(cells) -> list[str]:
             inside = False
         if cell["cell_type"] != "code":
             continue
-        tree = ast.parse(_source_text(cell))
+        tree = ast.parse(cell_source(cell))
         if not inside:
             problems += [f"cell {index}: {name}" for name in sorted(_loads(tree))
                          if binder.get(name) == "solution"]
@@ -219,7 +220,7 @@ def test_a_workbook_runs_top_to_bottom_before_anything_is_solved(workbooks):
     nb = workbooks[CHAPTERS[0]]
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3",
-        resources={"metadata": {"path": str(workbook.ROOT / "book" / "notebooks")}},
+        resources={"metadata": {"path": str(ROOT / "book" / "notebooks")}},
     )
     client.execute(env=kernel_env())  # raises CellExecutionError on an escaping error
     outputs = "".join(

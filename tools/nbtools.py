@@ -6,15 +6,16 @@ Each chapter has two files:
 * ``book/notebooks/NN_slug.ipynb`` -- the same cells with stored outputs, which the
   site renders and nbval re-runs.
 
-``python tests/nbtools.py regen [NAME ...]`` rebuilds notebooks from their sources
-with fresh outputs (jupytext pairs the cells, nbclient runs them, nbformat writes).
+``python -m tools.nbtools regen [NAME ...]`` (``make notebooks``) rebuilds notebooks
+from their sources with fresh outputs (jupytext pairs the cells, nbclient runs them,
+nbformat writes).
 Cell ids are kept where a cell is unchanged, new ids are derived from the cell's
 content, and no timestamps are written, so regenerating twice from unchanged
 sources gives byte-identical files.
 
-``python tests/nbtools.py check`` lists every disagreement between sources and
-notebooks (the same checks ``tests/test_notebooks.py`` runs) and exits non-zero if
-there is any.
+``python -m tools.nbtools check`` (``make check-notebooks``) lists every disagreement
+between sources and notebooks (the same checks ``tests/test_notebooks.py`` runs) and
+exits non-zero if there is any.
 """
 
 from __future__ import annotations
@@ -28,9 +29,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ROOT / "book" / "chapters"
-NOTEBOOKS = ROOT / "book" / "notebooks"
+from tools import CHAPTERS, NOTEBOOKS, ROOT, cell_source
 
 # Cell metadata that execution adds; everything else must match the source.
 EXECUTION_METADATA = {"execution", "collapsed", "scrolled"}
@@ -55,18 +54,13 @@ def notebooks(folder: Path = NOTEBOOKS) -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.ipynb"))}
 
 
-def _source_text(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
 def _comparable_metadata(cell) -> dict:
     return {k: v for k, v in cell.get("metadata", {}).items() if k not in EXECUTION_METADATA}
 
 
 def _content_id(cell, taken: set[str]) -> str:
     digest = hashlib.sha1(
-        (cell["cell_type"] + "\0" + _source_text(cell)).encode("utf-8")
+        (cell["cell_type"] + "\0" + cell_source(cell)).encode("utf-8")
     ).hexdigest()
     for start in range(0, len(digest) - 8):
         candidate = digest[start : start + 8]
@@ -179,9 +173,9 @@ def pair_problems(source: Path, notebook: Path) -> list[str]:
                 f"{cell}: type {have['cell_type']} in notebook, {want['cell_type']} in source"
             )
             continue
-        if _source_text(want) != _source_text(have):
+        if cell_source(want) != cell_source(have):
             diff = difflib.unified_diff(
-                _source_text(want).splitlines(), _source_text(have).splitlines(),
+                cell_source(want).splitlines(), cell_source(have).splitlines(),
                 "source", "notebook", lineterm="", n=0,
             )
             found.append(f"{cell}: source differs from {source.name}:\n  " + "\n  ".join(diff))
@@ -196,7 +190,7 @@ def pair_problems(source: Path, notebook: Path) -> list[str]:
 
 
 def _output_problems(where: str, cell) -> list[str]:
-    if cell["cell_type"] != "code" or not _source_text(cell).strip():
+    if cell["cell_type"] != "code" or not cell_source(cell).strip():
         return []
     found = []
     tags = cell.get("metadata", {}).get("tags", [])

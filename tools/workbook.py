@@ -1,6 +1,6 @@
 """The learner's workbook: every chapter as a notebook, with the solutions taken out.
 
-``python tests/workbook.py [--refresh] [--out DIR] [NAME ...]`` (``make workbook``)
+``python -m tools.workbook [--refresh] [--out DIR] [NAME ...]`` (``make workbook``)
 writes ``workbook/NN_slug.ipynb`` for each chapter (the gallery aside):
 
 * the chapter's cells, in order, without outputs, ready to run top to bottom;
@@ -30,21 +30,17 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = ROOT / "book" / "chapters"
+from tools import CHAPTERS, ROOT, cell_source
+
 OUT = ROOT / "workbook"
 
 _EXERCISE = re.compile(r"```\{exercise\}[^\n]*\n(?P<body>.*?)\n```", re.S)
 _OPTION = re.compile(r"^:(\w+):.*$", re.M)
 
 
-def _text(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
 def _is_marker(cell, name: str) -> bool:
-    return cell["cell_type"] == "markdown" and _text(cell).lstrip().startswith(f"```{{{name}}}")
+    opening = f"```{{{name}}}"
+    return cell["cell_type"] == "markdown" and cell_source(cell).lstrip().startswith(opening)
 
 
 def chapter_number(name: str) -> int:
@@ -96,7 +92,7 @@ def build(name: str, chapters: Path = CHAPTERS):
                     stub = stub_source(spec["check"], spec["stub"])
                     cells.append(nbformat.v4.new_code_cell(stub))
             # The marker's cell may go on with the chapter (the next exercise, say).
-            rest = _text(cell).lstrip().split("```", 2)[-1].strip()
+            rest = cell_source(cell).lstrip().split("```", 2)[-1].strip()
             if rest:
                 text = _exercise_markdown(rest, number, counter)
                 cells.append(nbformat.v4.new_markdown_cell(text))
@@ -106,11 +102,11 @@ def build(name: str, chapters: Path = CHAPTERS):
                 solution.append(cell)
             continue
         if cell["cell_type"] == "markdown":
-            text = _exercise_markdown(_text(cell), number, counter)
+            text = _exercise_markdown(cell_source(cell), number, counter)
             cells.append(nbformat.v4.new_markdown_cell(text))
         else:
             metadata = {k: v for k, v in cell.get("metadata", {}).items() if k == "tags"}
-            cells.append(nbformat.v4.new_code_cell(_text(cell), metadata=metadata))
+            cells.append(nbformat.v4.new_code_cell(cell_source(cell), metadata=metadata))
     if inside:
         raise ValueError(f"{name}: a solution-start has no solution-end")
     nb = nbformat.v4.new_notebook(cells=cells)

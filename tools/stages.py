@@ -1,6 +1,6 @@
 """Run the stages of `make test`, and print how long each took at the end.
 
-Usage: ``python tests/stages.py NAME=COMMAND [NAME=COMMAND ...]``. A stage given as
+Usage: ``python -m tools.stages NAME=COMMAND [NAME=COMMAND ...]``. A stage given as
 ``A=... & B=...`` (one argument) runs beside the next ones; its output is held back and
 printed when it ends, so that two stages never interleave their lines. The run stops
 at the first stage that fails and says which.
@@ -13,9 +13,8 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools import ROOT
 
 
 def _parse(arg: str) -> tuple[str, str]:

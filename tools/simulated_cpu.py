@@ -27,7 +27,8 @@ Under each profile, the unit tests (``make unit`` without coverage and without t
 tooling tests in ``TOOLING_TESTS``, which check files and commands, not numbers) run
 beside nbval over every notebook, as in ``make test``.
 
-Usage: ``python tests/simulated_cpu.py [PROFILE ...]`` (all profiles by default).
+Usage: ``python -m tools.simulated_cpu [PROFILE ...]``; all profiles by default, which is
+``make portability``.
 """
 
 from __future__ import annotations
@@ -37,15 +38,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import nbtools  # noqa: E402
-import stages  # noqa: E402
+from tools import nbtools, stages
 
 # Tests of the book's tooling (notebook pairing, the workbook, the layering of mha, the
 # stage runner, the site): what they check does not depend on the CPU.
 TOOLING_TESTS = [
-    "tests/test_layers_of_mha.py",
+    "tests/test_import_layering.py",
     "tests/test_notebooks.py",
     "tests/test_site.py",
     "tests/test_stages.py",
@@ -174,7 +172,7 @@ def check_profile(name: str, env: dict[str, str]) -> list[str]:
 
 
 def stage_commands() -> list[str]:
-    """``make test``'s unit and nbval stages, side by side (see tests/stages.py)."""
+    """``make test``'s unit and nbval stages, side by side (see tools/stages.py)."""
     make = "make --no-print-directory"
     return [
         f"unit={make} unit UNIT_IGNORE='{' '.join(TOOLING_TESTS)}' COV='-p no:pytest_cov' &",
