@@ -1,15 +1,14 @@
 """mha.cost: KV-cache bytes checked by hand, the published shapes checked for consistency,
-and the multiply-add formulas checked against PyTorch's own FLOP counter running our
-torch module with and without a cache."""
+and the multiply-add formulas checked against PyTorch's own FLOP counter
+(``mha.bench.counted_macs``) running our torch module with and without a cache."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
 
 import mha
+from mha.bench import counted_macs
 from mha.cost import (
     PUBLISHED_MODELS,
     PublishedModel,
@@ -147,16 +146,6 @@ def test_fewer_kv_heads_save_projection_work_only():
     assert mha_macs - mqa_macs == 2 * 64 * (64 - 8)
 
 
-def counted_macs(run) -> int:
-    """Multiply-adds PyTorch counts while ``run()`` executes (2 FLOPs each). SDPA runs
-    in its math form: the counter does not see inside the fused CPU kernel."""
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as c:
-        run()
-    flops = c.get_total_flops()
-    assert flops % 2 == 0
-    return flops // 2
-
-
 def module_and_input(num_kv_heads, batch, length, d_model=16, num_heads=4):
     torch.manual_seed(0)
     module = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads).double().eval()
@@ -177,7 +166,7 @@ def test_cached_step_matches_the_flop_counter(need_weights, num_kv_heads, positi
                cache=cache)  # fmt: skip
     new = x[:, position:]  # (B, 1, D)
     mask = torch.from_numpy(mha.causal_mask(1, num_keys=position + 1))
-    counted = counted_macs(
+    counted, _ = counted_macs(
         lambda: module(new, new, new, mask=mask, need_weights=need_weights, cache=cache)
     )
     assert cache.length == position + 1
@@ -192,7 +181,7 @@ def test_cached_step_matches_the_flop_counter(need_weights, num_kv_heads, positi
 def test_recomputed_step_matches_the_flop_counter(need_weights, num_kv_heads, position, batch):
     module, x = module_and_input(num_kv_heads, batch, position + 1)
     mask = torch.from_numpy(mha.causal_mask(position + 1))
-    counted = counted_macs(lambda: module(x, x, x, mask=mask, need_weights=need_weights))
+    counted, _ = counted_macs(lambda: module(x, x, x, mask=mask, need_weights=need_weights))
     expected = decode_macs_without_cache(
         16, 4, position, num_kv_heads=num_kv_heads, batch_size=batch
     )
