@@ -13,9 +13,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
-from figures import rendered, svg
+from figures import (
+    assert_house_style,
+    assert_reproducible,
+    cells,
+    faces,
+    fig_texts,
+    grid_axes,
+    rendered,
+    series,
+)
 from matplotlib.axes import Axes
-from matplotlib.collections import PatchCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.text import Text
@@ -55,17 +63,6 @@ def steps_known(mask: np.ndarray | None = None):
     return mha.multi_head_attention_steps(x, x, x, params, 2, mask=mask)
 
 
-def cells(ax: Axes) -> PatchCollection:
-    found = [c for c in ax.collections if c.get_gid() == "cells"]
-    assert len(found) == 1
-    return found[0]
-
-
-def grid_axes(fig: Figure) -> list[Axes]:
-    """The axes that hold a grid of cells, in drawing order."""
-    return [ax for ax in fig.axes if any(c.get_gid() == "cells" for c in ax.collections)]
-
-
 def texts(ax: Axes) -> list[str]:
     """The values written in the cells, row-major."""
     return [t.get_text() for t in ax.texts if t.get_gid() == "value"]
@@ -77,16 +74,6 @@ def group_labels(ax: Axes) -> list[str]:
 
 def ticks(labels: list[Text]) -> list[str]:
     return [t.get_text() for t in labels]
-
-
-def faces(ax: Axes, shape: tuple[int, int]) -> np.ndarray:
-    coll = cells(ax)
-    fc = coll.get_facecolors() if coll.get_array() is None else coll.to_rgba(coll.get_array())
-    return np.asarray(fc).reshape(*shape, 4)
-
-
-def fig_texts(fig: Figure) -> list[str]:
-    return [t.get_text() for t in fig.texts]
 
 
 def fmt(a: np.ndarray, decimals: int = 2) -> list[str]:
@@ -530,8 +517,15 @@ def test_masks_figure_cells_follow_the_mask_and_legend_says_true_may_attend():
     assert "True = may attend" in fig_texts(fig) and "False = blocked" in fig_texts(fig)
 
 
+@pytest.mark.parametrize("per_row", [0, 1.5, True])
+def test_masks_figure_rejects_a_per_row_that_is_not_a_positive_integer(per_row):
+    panel = draw.MaskPanel(mha.causal_mask(3), "causal")
+    with pytest.raises(ValueError, match="per_row must be a positive integer"):
+        draw.masks_figure([panel], per_row=per_row)
+
+
 def test_mask_figure_rejects_bad_masks():
-    with pytest.raises(ValueError, match="boolean"):
+    with pytest.raises(ValueError, match=r"mask must be a boolean array .* dtype float64"):
         draw.mask_figure(np.ones((3, 3)))
     with pytest.raises(ValueError, match="key_tokens has 2 labels but axis S has size 3"):
         draw.mask_figure(mha.causal_mask(3), key_tokens=["a", "b"])
@@ -549,6 +543,8 @@ def test_padding_mask_figure_writes_tokens_and_darkens_padding():
     assert np.allclose(fc[1, 2], to_rgba(BLOCKED_FILL)) and np.allclose(fc[0], to_rgba("white"))
     with pytest.raises(ValueError, match=r"tokens\[1\] has 2 labels"):
         draw.padding_mask_figure(pad, [SRC, ["Thank", "you"]])
+    with pytest.raises(ValueError, match=r"mask must be a boolean array .* dtype int64"):
+        draw.padding_mask_figure(pad.astype(np.int64), tokens)
 
 
 # --- heatmaps ----------------------------------------------------------------------------
@@ -641,10 +637,6 @@ def test_transformer_figure_predicts_the_target_shifted_left():
 # --- line plots and vectors --------------------------------------------------------------
 
 
-def series_lines(ax: Axes) -> list:
-    return [line for line in ax.get_lines() if line.get_gid() == "series"]
-
-
 def legend_texts(ax: Axes) -> list[str]:
     legend = ax.get_legend()
     return [] if legend is None else [t.get_text() for t in legend.get_texts()]
@@ -665,7 +657,7 @@ def two_panels() -> Figure:
 
 def test_curves_figure_draws_each_series_with_its_data_and_label():
     left, right = two_panels().axes
-    lines = series_lines(left)
+    lines = series(left)
     assert [line.get_label() for line in lines] == ["square", "triple"]
     np.testing.assert_array_equal(lines[0].get_xdata(), [1, 2, 4, 8])
     np.testing.assert_array_equal(lines[0].get_ydata(), [1, 4, 16, 64])
@@ -679,7 +671,7 @@ def test_curves_figure_draws_each_series_with_its_data_and_label():
     assert left.xaxis.get_transform().base == 2
     assert (left.get_title(), left.get_xlabel(), left.get_ylabel()) == ("left", "n", "cost")
     assert right.get_xscale() == "linear" and right.get_title() == "right"
-    np.testing.assert_array_equal(series_lines(right)[0].get_ydata(), [0.5, 0.25, 0.125])
+    np.testing.assert_array_equal(series(right)[0].get_ydata(), [0.5, 0.25, 0.125])
 
 
 def test_curves_figure_reference_lines_and_legend_switch():
@@ -701,15 +693,15 @@ def test_curves_figure_secondary_axis_and_point_labels():
          draw.Series([2], [2.5], "k0", marker="o", linestyle="", annotate=True)],
         ylabel="loss", ylabel2="learning rate", ylim=(0, None)))
     main, twin = fig.axes
-    assert [line.get_label() for line in series_lines(main)] == ["loss", "k0"]
-    (lr,) = series_lines(twin)
+    assert [line.get_label() for line in series(main)] == ["loss", "k0"]
+    (lr,) = series(twin)
     np.testing.assert_array_equal(lr.get_ydata(), [0.1, 0.2, 0.3])
     assert twin.get_ylabel() == "learning rate" and main.get_ylim()[0] == 0
     assert to_rgba(twin.yaxis.label.get_color()) == to_rgba(lr.get_color())
     assert legend_texts(twin) == ["loss", "lr"]  # the annotated point is not in the legend
     notes = [t.get_text() for t in main.texts if t.get_gid() == "point_label"]
     assert notes == ["k0"]
-    assert series_lines(main)[1].get_linestyle() == "None"
+    assert series(main)[1].get_linestyle() == "None"
 
 
 @pytest.mark.parametrize(
@@ -833,21 +825,13 @@ def _builders(t: int = 3, d: int = 6) -> dict[str, Callable[[], Figure]]:
 
 @pytest.mark.parametrize("name", list(_builders()))
 def test_same_inputs_give_byte_identical_svg(name):
-    build = _builders(t=2, d=4)[name]  # small: rendering text as paths is the slow part
-    first, second = svg(build()), svg(build())
-    assert first == second
-    assert b"<dc:date>" not in first and b"<image" not in first  # vector, no raster
+    # small: rendering text as paths is the slow part
+    assert_reproducible(_builders(t=2, d=4)[name])
 
 
 @pytest.mark.parametrize("name", list(_builders()))
 def test_figures_fit_the_text_width_with_readable_fonts(name):
-    fig = _builders()[name]()
-    width, _ = fig.get_size_inches()
-    assert width <= MAX_WIDTH + 1e-9
-    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text()]
-    assert sizes and min(sizes) >= 8
-    assert fig.get_facecolor() == to_rgba("white")
-    assert len(draw.alt_text(fig)) > 40
+    assert_house_style(_builders()[name]())
 
 
 def test_alt_text_refuses_foreign_figures():

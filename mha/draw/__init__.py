@@ -27,16 +27,18 @@ font below 8 pt, and have a white background so they read in dark mode too.
 Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 """
 
+from mha.draw.alibi import alibi_figure
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.inference import grouped_heads_figure, kv_cache_figure
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
 from mha.draw.module import multi_head_attention_figure
+from mha.draw.online_softmax import online_softmax_figure
 from mha.draw.pipeline import attention_pipeline_figure
 from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
-from mha.draw.positions import alibi_figure, rope_figure
+from mha.draw.rope import rope_figure
 from mha.draw.style import HEAD_COLORS, alt_text, head_cmap, head_color, head_fill
 from mha.draw.tensors import merge_heads_figure, split_heads_figure, tensor_grid
-from mha.draw.tiled import online_softmax_figure, tiles_figure
+from mha.draw.tiles import tiles_figure
 from mha.draw.transformer import ATTENTION_COLORS, transformer_figure
 from mha.draw.weights import matmul_per_head_figure, weight_matrix_figure
 

@@ -19,7 +19,7 @@ from mha.draw.style import (
     cell_texts,
     check_index,
     check_labels,
-    check_ndim,
+    check_ndim_one_of,
     head_cmap,
     head_text_color,
     set_alt_text,
@@ -32,7 +32,7 @@ _AUTO_VALUES = 36  # write the weights in the cells up to this many per panel
 def _per_head(weights: np.ndarray, batch: int, name: str) -> np.ndarray:
     """(B, H, T, S) or (H, T, S) -> (H, T, S) for sample ``batch``."""
     w = to_numpy(weights, name)
-    check_ndim(w, name, (3, 4), "(B, H, T, S) or (H, T, S)")
+    check_ndim_one_of(w, (3, 4), name, "(B, H, T, S) or (H, T, S)")
     if w.ndim == 4:
         w = w[check_index(batch, w.shape[0], "batch", "B")]
     return w

@@ -21,7 +21,7 @@ from mha.draw.style import (
     cell_texts,
     check_index,
     check_labels,
-    check_ndim,
+    check_ndim_one_of,
     head_cmap,
     head_fill,
     head_text_color,
@@ -95,7 +95,7 @@ def kv_cache_figure(
         :func:`mha.multi_head_attention`).
     """
     x = to_numpy(x, "x")
-    check_ndim(x, "x", (3,), "(1, T, D)")
+    check_ndim_one_of(x, (3,), "x", "(1, T, D)")
     if x.shape[0] != 1:
         raise ValueError(f"x must hold one sequence, shape (1, T, D), got shape {x.shape}")
     t_len = x.shape[1]
@@ -188,7 +188,7 @@ def grouped_heads_figure(
         arguments do not fit.
     """
     x = to_numpy(x, "x")
-    check_ndim(x, "x", (3,), "(1, T, D)")
+    check_ndim_one_of(x, (3,), "x", "(1, T, D)")
     if x.shape[0] != 1:
         raise ValueError(f"x must hold one sequence, shape (1, T, D), got shape {x.shape}")
     t_len = x.shape[1]

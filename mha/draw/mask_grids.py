@@ -14,13 +14,14 @@ import numpy as np
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
+from mha._checks import as_bool_mask, check_positive_int
 from mha.draw.layout import Grid, Legend, compose
 from mha.draw.style import (
     ALLOWED_FILL,
     BLOCKED_FILL,
     check_index,
     check_labels,
-    check_ndim,
+    check_ndim_one_of,
     set_alt_text,
     to_numpy,
 )
@@ -45,9 +46,8 @@ def mask_faces(mask: np.ndarray) -> np.ndarray:
 def _as_2d(mask: np.ndarray, batch: int, rows: int | None) -> np.ndarray:
     """(T, S), (B, T, S) or (B, 1|H, 1|T, S) -> one (T, S) boolean grid."""
     mask = to_numpy(mask, "mask")
-    check_ndim(mask, "mask", (2, 3, 4), "(T, S), (B, T, S) or (B, 1, T|1, S)")
-    if mask.dtype != bool:
-        raise ValueError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+    check_ndim_one_of(mask, (2, 3, 4), "mask", "(T, S), (B, T, S) or (B, 1, T|1, S)")
+    mask = as_bool_mask(mask, "mask")
     if mask.ndim >= 3:
         mask = mask[check_index(batch, mask.shape[0], "batch", "B")]
     if mask.ndim == 3:
@@ -96,13 +96,12 @@ def masks_figure(panels: Sequence[MaskPanel], *, batch: int = 0, per_row: int = 
     Raises
     ------
     ValueError
-        If a mask is not boolean or of a wrong shape, or a token list does not
-        match its axis.
+        If a mask is not boolean or of a wrong shape, a token list does not
+        match its axis, or ``per_row`` is not a positive integer.
     """
     if not panels:
         raise ValueError("panels must hold at least one MaskPanel")
-    if per_row < 1:
-        raise ValueError(f"per_row must be >= 1, got {per_row}")
+    per_row = check_positive_int(per_row, "per_row")
     grids = [_mask_grid(MaskPanel(*p), batch) for p in panels]
     rows: list = [Legend(LEGEND)]
     rows += [grids[i : i + per_row] for i in range(0, len(grids), per_row)]
@@ -169,9 +168,8 @@ def padding_mask_figure(mask: np.ndarray, tokens: Sequence[Sequence[str]]) -> Fi
     m = to_numpy(mask, "mask")
     if m.ndim == 4 and m.shape[1:3] == (1, 1):
         m = m[:, 0, 0]  # (B, 1, 1, S) -> (B, S)
-    check_ndim(m, "mask", (2,), "(B, 1, 1, S) or (B, S)")
-    if m.dtype != bool:
-        raise ValueError(f"mask must be boolean (True = may attend), got dtype {m.dtype}")
+    check_ndim_one_of(m, (2,), "mask", "(B, 1, 1, S) or (B, S)")
+    m = as_bool_mask(m, "mask")
     bsz, s = m.shape
     if isinstance(tokens, str) or len(tokens) != bsz:
         raise ValueError(f"tokens must hold B = {bsz} sequences, one per mask row")

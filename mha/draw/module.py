@@ -21,7 +21,7 @@ from mha.draw.layout import Caption, Grid, Group, Op, compose
 from mha.draw.style import (
     check_index,
     check_labels,
-    check_ndim,
+    check_ndim_one_of,
     head_cmap,
     head_color,
     head_faces,
@@ -101,7 +101,7 @@ def multi_head_attention_figure(
         has the wrong length.
     """
     x = to_numpy(x, "x")
-    check_ndim(x, "x", (3,), "(B, T, D)")
+    check_ndim_one_of(x, (3,), "x", "(B, T, D)")
     b = check_index(batch, x.shape[0], "batch", "B")
     steps = multi_head_attention_steps(x, x, x, params, num_heads, mask=mask)
     t, d = x.shape[1], x.shape[2]

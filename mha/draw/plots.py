@@ -20,6 +20,7 @@ from matplotlib.patches import FancyArrowPatch
 
 from mha.draw.style import (
     EDGE_COLOR,
+    GUIDE_COLOR,
     HEAD_COLORS,
     MAX_WIDTH,
     NAME_PT,
@@ -31,7 +32,6 @@ from mha.draw.style import (
 )
 
 _LINE_WIDTH = 1.5
-_GUIDE_COLOR = "#BBBBBB"  # the axes through the origin, behind everything else
 
 
 class Series(NamedTuple):
@@ -314,8 +314,8 @@ def vectors_figure(
     fig, ax = plt.subplots(figsize=(width, height), facecolor="white")
     _style_axes(ax)
     ax.spines[["right"]].set_visible(False)
-    ax.axhline(0, color=_GUIDE_COLOR, lw=0.8, zorder=0)
-    ax.axvline(0, color=_GUIDE_COLOR, lw=0.8, zorder=0)
+    ax.axhline(0, color=GUIDE_COLOR, lw=0.8, zorder=0)
+    ax.axvline(0, color=GUIDE_COLOR, lw=0.8, zorder=0)
     arrows = [(p, c, t, "-") for p, c, t in zip(v, colors, labels, strict=True)]
     if q is not None:
         arrows.append((q, "black", query_label, "--"))

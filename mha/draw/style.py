@@ -10,6 +10,7 @@ under the common forms of colour-blindness.
 from __future__ import annotations
 
 import functools
+import numbers
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from matplotlib.colors import LinearSegmentedColormap, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
+
+from mha._checks import check_non_negative_int
 
 # Okabe-Ito, reordered so the first heads get the most distinct pair (blue,
 # orange); black is left out because a black head would hide its cell values.
@@ -37,6 +40,7 @@ NEUTRAL_FILL = "#EEEEEE"
 EDGE_COLOR = "#555555"
 BLOCKED_FILL = "#4D4D4D"  # a mask's False / a score set to -inf
 ALLOWED_FILL = "#FFFFFF"
+GUIDE_COLOR = "#BBBBBB"  # axes through the origin and other lines behind the data
 
 # Sizes in points; nothing below 8 pt so figures stay readable at the book's
 # text width (figures are at most MAX_WIDTH inches wide at 100 dpi).
@@ -66,9 +70,7 @@ def head_color(h: int) -> str:
     str
         ``HEAD_COLORS[h % len(HEAD_COLORS)]``.
     """
-    if isinstance(h, bool) or not isinstance(h, int | np.integer) or h < 0:
-        raise ValueError(f"head index h must be a non-negative int, got {h!r}")
-    return HEAD_COLORS[int(h) % len(HEAD_COLORS)]
+    return HEAD_COLORS[check_non_negative_int(h, "head index h") % len(HEAD_COLORS)]
 
 
 def head_fill(h: int) -> tuple[float, float, float, float]:
@@ -158,10 +160,24 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def check_ndim(x: np.ndarray, name: str, ndims: Sequence[int], expected: str) -> None:
-    """Raise ValueError unless ``x.ndim`` is one of ``ndims``."""
+def check_ndim_one_of(x: np.ndarray, ndims: Sequence[int], name: str, layout: str) -> None:
+    """Require ``x.ndim`` to be one of ``ndims``; ``layout`` names them all in the message.
+
+    :func:`mha._checks.check_ndim` takes one ``ndim`` and writes it into the message;
+    a figure often accepts several layouts (``"(B, H, T, S) or (H, T, S)"``), which
+    ``layout`` spells out instead.
+    """
     if x.ndim not in ndims:
-        raise ValueError(f"{name} must have shape {expected}, got shape {x.shape}")
+        raise ValueError(f"{name} must have shape {layout}, got shape {x.shape}")
+
+
+def check_int_in_range(value: Any, name: str, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high]`` (``bool`` is rejected), else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not (
+        low <= value <= high
+    ):
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+    return int(value)
 
 
 def check_labels(labels: Sequence[str] | None, size: int, name: str, axis: str) -> list[str] | None:

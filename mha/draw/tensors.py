@@ -20,7 +20,7 @@ from mha.draw.style import (
     cell_texts,
     check_index,
     check_labels,
-    check_ndim,
+    check_ndim_one_of,
     head_faces,
     head_text_color,
     neutral_faces,
@@ -69,7 +69,7 @@ def tensor_panels(
 ) -> list[list[Item]]:
     """The rows of grids that draw ``x`` (see :func:`tensor_grid` for the arguments)."""
     x = to_numpy(x, "x")
-    check_ndim(x, "x", (1, 2, 3, 4), "(n,), (R, C) or up to 4 axes")
+    check_ndim_one_of(x, (1, 2, 3, 4), "x", "(n,), (R, C) or up to 4 axes")
     names = [str(n) for n in axis_names]
     if len(names) != x.ndim:
         raise ValueError(
@@ -210,7 +210,7 @@ def tensor_grid(
 
 
 def _batch_slice(x: np.ndarray, batch: int, name: str, expected: str, ndim: int) -> np.ndarray:
-    check_ndim(x, name, (ndim,), expected)
+    check_ndim_one_of(x, (ndim,), name, expected)
     b = check_index(batch, x.shape[0], "batch", "B")
     return x[b : b + 1]
 
@@ -254,7 +254,7 @@ def split_heads_figure(
         If ``x`` is not 3-D, H does not divide D, or ``tokens`` has the wrong length.
     """
     x = to_numpy(x, "x")
-    check_ndim(x, "x", (3,), "(B, T, D)")
+    check_ndim_one_of(x, (3,), "x", "(B, T, D)")
     full = x.shape
     x = _batch_slice(x, batch, "x", "(B, T, D)", 3)
     _, t, d = x.shape
@@ -311,7 +311,7 @@ def merge_heads_figure(
         If ``x`` is not 4-D or ``tokens`` has the wrong length.
     """
     x = to_numpy(x, "x")
-    check_ndim(x, "x", (4,), "(B, H, T, Dh)")
+    check_ndim_one_of(x, (4,), "x", "(B, H, T, Dh)")
     full = x.shape
     x = _batch_slice(x, batch, "x", "(B, H, T, Dh)", 4)
     _, h, t, dh = x.shape

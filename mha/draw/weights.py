@@ -17,7 +17,7 @@ from mha.draw.style import (
     cell_texts,
     check_index,
     check_labels,
-    check_ndim,
+    check_ndim_one_of,
     head_color,
     head_faces,
     head_text_color,
@@ -72,7 +72,7 @@ def weight_matrix_figure(
         If ``W`` is not 2-D, ``partition`` is unknown or H does not divide it.
     """
     W = to_numpy(W, "W")
-    check_ndim(W, "W", (2,), "(D_in, D_out)")
+    check_ndim_one_of(W, (2,), "W", "(D_in, D_out)")
     if partition not in ("columns", "rows"):
         raise ValueError(f"partition must be 'columns' or 'rows', got {partition!r}")
     axis = 1 if partition == "columns" else 0
@@ -147,8 +147,8 @@ def matmul_per_head_figure(
     """
     x = to_numpy(x, "x")
     W = to_numpy(W, "W")
-    check_ndim(x, "x", (2, 3), "(T, D_in) or (B, T, D_in)")
-    check_ndim(W, "W", (2,), "(D_in, D_out)")
+    check_ndim_one_of(x, (2, 3), "x", "(T, D_in) or (B, T, D_in)")
+    check_ndim_one_of(W, (2,), "W", "(D_in, D_out)")
     if x.ndim == 3:
         x = x[check_index(batch, x.shape[0], "batch", "B")]
     if x.shape[1] != W.shape[0]:

@@ -1,32 +1,34 @@
-"""mha.draw.rope_figure and alibi_figure: what is drawn equals the arrays it stands for.
+"""mha.draw.rope_figure: what is drawn equals the arrays it stands for.
 
 Oracles: RoPE written out here pair by pair with ``math.cos`` / ``math.sin``, scores summed
-here pair by pair; ALiBi's slopes as the paper lists them (``1/2 .. 1/256`` for 8 heads,
-``2^(-8/n)`` ratios) and ``-slope * distance`` written here; colours from the house
-palette and colour maps.
+here pair by pair; colours from the house palette and colour maps.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
-from figures import rendered, svg
+from figures import (
+    assert_house_style,
+    assert_reproducible,
+    assert_tight_box_fits,
+    faces,
+    gid_texts,
+    grid_axes,
+    series,
+)
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
-from matplotlib.figure import Figure
 from matplotlib.patches import Arc, FancyArrowPatch
-from matplotlib.text import Text
 from numerics import EPS64
 
 import mha
 from mha import draw
-from mha.draw import positions
-from mha.draw.style import BLOCKED_FILL, MAX_WIDTH, head_text_color
+from mha.draw import rope
 from mha.notebook import setup_figures
 
 
@@ -69,27 +71,6 @@ def tips(ax: Axes) -> np.ndarray:
 
 def arcs(ax: Axes) -> list[Arc]:
     return [p for p in ax.patches if p.get_gid() == "angle"]
-
-
-def gid_texts(ax: Axes, gid: str) -> list[str]:
-    return [t.get_text() for t in ax.texts if t.get_gid() == gid]
-
-
-def series(ax: Axes) -> list:
-    return [line for line in ax.lines if line.get_gid() == "series"]
-
-
-def grid_axes(fig: Figure) -> list[Axes]:
-    return [ax for ax in fig.axes if any(c.get_gid() == "cells" for c in ax.collections)]
-
-
-def faces(ax: Axes, shape: tuple[int, int]) -> np.ndarray:
-    (coll,) = [c for c in ax.collections if c.get_gid() == "cells"]
-    return np.asarray(coll.get_facecolors()).reshape(*shape, 4)
-
-
-
-# ============================================================================== RoPE
 
 
 def test_rope_arrows_are_the_pairs_of_q_turned_at_each_position():
@@ -210,7 +191,7 @@ def test_rope_figure_checks_its_claim_on_the_arrays(monkeypatch):
     def squared(x, positions, base=10000.0):
         return mha.apply_rope(x, np.asarray(positions) ** 2, base=base)
 
-    monkeypatch.setattr(positions, "apply_rope", squared)
+    monkeypatch.setattr(rope, "apply_rope", squared)
     q, k = qk()
     with pytest.raises(AssertionError, match="does not turn pair 0"):
         draw.rope_figure(q, k)
@@ -234,6 +215,7 @@ def test_rope_figure_checks_its_claim_on_the_arrays(monkeypatch):
         ((np.ones(8), np.array([1.0, 1, 0, 0, 1, 1, 1, 1])), {}, "k's pair 1 .* is zero"),
         ((np.array([1.0, np.nan, 1, 1]), np.ones(4)), {}, "q must be finite"),
         ((np.ones(4, dtype=bool), np.ones(4)), {}, "q must be a numeric array"),
+        ((np.ones(4), np.ones(4, dtype=complex)), {}, "k must be real"),
     ],
 )
 def test_rope_figure_rejects_bad_input(args, kwargs, message):
@@ -241,163 +223,30 @@ def test_rope_figure_rejects_bad_input(args, kwargs, message):
         draw.rope_figure(*args, **kwargs)
 
 
-# ============================================================================= ALiBi
-
-PAPER_SLOPES_4 = [1 / 4, 1 / 16, 1 / 64, 1 / 256]  # 2^(-8/4) and its powers
-
-
-def slope_of(title: str) -> float:
-    """The slope written in a title "head h, slope 1/N" (or a decimal)."""
-    found = re.search(r"slope (1/(\d+)|[0-9.]+)$", title.strip())
-    assert found, title
-    return 1 / int(found.group(2)) if found.group(2) else float(found.group(1))
-
-
-def test_alibi_grids_hold_minus_slope_times_distance_in_head_colours():
-    fig = draw.alibi_figure(4, 3)
-    grids = grid_axes(fig)
-    assert len(grids) == 8  # 4 heads causal, then 4 heads symmetric
-    steepest = PAPER_SLOPES_4[0] * 2  # the most negative bias drawn: head 0, distance 2
-    for index, ax in enumerate(grids):
-        h, causal = index % 4, index < 4
-        slope = PAPER_SLOPES_4[h]
-        want = np.array([[-slope * (i - j if causal else abs(i - j)) for j in range(3)]
-                         for i in range(3)])
-        blocked = np.array([[causal and j > i for j in range(3)] for i in range(3)])
-        # three decimals: 1/256 must not read as 0.00
-        assert gid_texts(ax, "value") == [f"{np.round(v, 3) + 0.0:.3f}"
-                                          for v in want[~blocked]]
-        fc = faces(ax, (3, 3))
-        np.testing.assert_allclose(fc[blocked], np.broadcast_to(to_rgba(BLOCKED_FILL),
-                                                                (int(blocked.sum()), 4)))
-        np.testing.assert_allclose(fc[~blocked], draw.head_cmap(h)(-want[~blocked] / steepest),
-                                   atol=1e-12)
-        assert slope_of(ax.get_title()) == slope
-        assert ax.get_title().strip() == f"head {h}, slope 1/{round(1 / slope)}"
-        assert ax.title.get_color() == head_text_color(h)
-    # the biases the figure writes are the specification's
-    bias = mha.alibi_bias(4, 3)
-    assert gid_texts(grids[1], "value") == [f"{np.round(v, 3) + 0.0:.3f}"
-                                            for v in bias[1][np.tril(np.ones((3, 3), bool))]]
-    legend = [t for t in fig.texts if t.get_text() == "blocked by the causal mask"]
-    assert len(legend) == 1
-
-
-def test_alibi_titles_follow_the_paper_for_other_head_counts():
-    fig = draw.alibi_figure(3, 2, variants=("symmetric",), max_distance=None)
-    # 3 heads: the slopes of 2 heads (1/16, 1/256), then the first of 4 heads' in between
-    assert [slope_of(ax.get_title()) for ax in grid_axes(fig)] == [1 / 16, 1 / 256, 1 / 4]
-    fig = draw.alibi_figure(12, 2, variants=("causal",), max_distance=None)
-    titles = [ax.get_title().strip() for ax in grid_axes(fig)]
-    assert titles[:8] == [f"head {h}, slope 1/{2 ** (h + 1)}" for h in range(8)]
-    assert titles[8] == "head 8, slope 0.707"  # 2^(-1/2): no power of two
-    np.testing.assert_allclose([slope_of(t) for t in titles], mha.alibi_slopes(12), rtol=2e-3)
-
-
-def test_alibi_line_plot_is_bias_against_distance_per_head():
-    fig = draw.alibi_figure(4, 3, max_distance=6)
-    plot = [ax for ax in fig.axes if series(ax)]
-    assert len(plot) == 1
-    lines = series(plot[0])
-    assert [line.get_label() for line in lines] == [
-        f"head {h}, slope 1/{round(1 / s)}" for h, s in enumerate(PAPER_SLOPES_4)]
-    for h, line in enumerate(lines):
-        np.testing.assert_array_equal(line.get_xdata(), np.arange(7))
-        np.testing.assert_allclose(line.get_ydata(), -PAPER_SLOPES_4[h] * np.arange(7),
-                                   rtol=1e-15, atol=0)
-        assert to_rgba(line.get_color()) == to_rgba(draw.head_color(h))
-    assert plot[0].get_xlabel().startswith("distance")
-    assert not [ax for ax in draw.alibi_figure(2, 2, max_distance=None).axes if series(ax)]
-
-
-def test_alibi_queries_are_the_last_of_the_keys_when_decoding():
-    fig = draw.alibi_figure(2, 2, num_keys=5, variants=("causal",))
-    grids = grid_axes(fig)
-    assert [t.get_text() for t in grids[0].get_yticklabels()] == ["3", "4"]
-    assert [t.get_text() for t in grids[0].get_xticklabels()] == [str(j) for j in range(5)]
-    bias = mha.alibi_bias(2, 2, num_keys=5)
-    seen = np.array([[True] * 4 + [False], [True] * 5])  # key 4 is after query 3
-    for h, (ax, slope) in enumerate(zip(grids, [1 / 16, 1 / 256], strict=True)):
-        want = [-slope * (i - j) for i in (3, 4) for j in range(5) if j <= i]
-        assert gid_texts(ax, "value") == [f"{np.round(v, 3) + 0.0:.3f}" for v in want]
-        assert gid_texts(ax, "value") == [f"{np.round(v, 3) + 0.0:.3f}" for v in bias[h][seen]]
-
-
-def test_alibi_values_and_rows_adapt_to_the_width():
-    fig = draw.alibi_figure(8, 4)
-    grids = grid_axes(fig)
-    assert len(grids) == 16
-    assert all(not gid_texts(ax, "value") for ax in grids)  # 8 heads of values do not fit
-    tops = sorted({round(ax.get_position().y1, 6) for ax in grids})
-    assert len(tops) == 4  # 2 rows per variant, 4 heads each
-    fig = draw.alibi_figure(2, 3, decimals=1, show_values=True, variants=("symmetric",))
-    # head 0 (slope 1/16), query 0: -0, -1/16, -2/16 rounded to one decimal
-    assert gid_texts(grid_axes(fig)[0], "value")[:3] == ["0.0", "-0.1", "-0.1"]
-    assert not any("blocked" in t.get_text() for t in fig.texts)  # no causal, no legend
-
-
-def test_alibi_figure_checks_its_claim_on_the_arrays(monkeypatch):
-    """A bias that forgets the slope's sign no longer matches what is drawn."""
-    monkeypatch.setattr(positions, "alibi_bias", lambda *a, **kw: -mha.alibi_bias(*a, **kw))
-    with pytest.raises(AssertionError):
-        draw.alibi_figure(2, 3)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"num_heads": 0}, r"num_heads must be an int in \[1, 16\], got 0"),
-        ({"num_heads": 2.0}, "num_heads must be an int"),
-        ({"size": 13}, r"size must be an int in \[1, 12\]"),
-        ({"size": 4, "num_keys": 3}, "num_keys=3 is smaller than size=4"),
-        ({"variants": "causal"}, "variants must be a non-empty sequence"),
-        ({"variants": ()}, "variants must be a non-empty sequence"),
-        ({"variants": ("causal", "causal")}, "distinct names"),
-        ({"variants": ("decoder",)}, r"from \('causal', 'symmetric'\)"),
-        ({"decimals": -1}, r"decimals must be an int in \[0, 6\]"),
-        ({"max_distance": 0}, r"max_distance must be an int in \[1, 64\]"),
-    ],
-)
-def test_alibi_figure_rejects_bad_input(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        draw.alibi_figure(**kwargs)
-
-
-# ===================================================================== both figures
+# ------------------------------------------------------------------------ house style
 
 BUILDERS = {
     "rope": lambda: draw.rope_figure(*qk(), num_positions=3, size=3),
     "rope_slow_labels": lambda: draw.rope_figure(*qk(head_dim=4), num_positions=6, size=4,
                                                  offset=-2),
-    "alibi": lambda: draw.alibi_figure(2, 2),
-    "alibi_many": lambda: draw.alibi_figure(8, 4),
-    "alibi_twelve": lambda: draw.alibi_figure(12, 2),
 }
 
 
-@pytest.mark.parametrize("name", ["rope", "alibi"])
-def test_same_inputs_give_byte_identical_svg(name):
-    first, second = svg(BUILDERS[name]()), svg(BUILDERS[name]())
-    assert first == second
-    assert b"<dc:date>" not in first and b"<image" not in first  # vector, no raster
+def test_same_inputs_give_byte_identical_svg():
+    assert_reproducible(BUILDERS["rope"])
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
 def test_figures_fit_the_text_width_with_readable_fonts(name):
     fig = BUILDERS[name]()
-    renderer = rendered(fig)  # the constrained layout runs at drawing time
-    width, _ = fig.get_size_inches()
-    assert width <= MAX_WIDTH + 1e-9
-    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip()]
-    assert sizes and min(sizes) >= 8
-    assert fig.get_facecolor() == to_rgba("white")
-    assert len(draw.alt_text(fig)) > 40
-    # what the book shows is the tight box around everything drawn: that must fit too
-    box = fig.get_tightbbox(renderer)  # inches
-    assert box.width <= MAX_WIDTH + 1e-9
+    assert_house_style(fig)
+    assert_tight_box_fits(fig)
 
 
 def test_alt_text_names_what_is_drawn():
-    assert "slopes 1/4, 1/16, 1/64, 1/256" in draw.alt_text(draw.alibi_figure(4, 3))
     text = draw.alt_text(draw.rope_figure(*qk()))
     assert "Dh = 8" in text and "constant along each diagonal" in text
+
+
+def test_exported_from_mha_draw():
+    assert draw.rope_figure is rope.rope_figure and "rope_figure" in draw.__all__
