@@ -14,8 +14,12 @@ import sys
 
 import pytest
 
-SPECIFICATION = ("mha.attention", "mha.masks", "mha.tiled", "mha.cost")
-TOP = ("mha.convert", "mha.draw", "mha.translator", "mha.bench", "mha.exercises")
+SPECIFICATION = ("mha.attention", "mha.params", "mha.kv_cache", "mha.masks", "mha.tiled",
+                 "mha.cost")  # fmt: skip
+TORCH_LAYERS = ("mha.modules", "mha.positional_torch", "mha.layers", "mha.token_masks",
+                "mha.transformer")  # fmt: skip
+TOP = ("mha.convert", "mha.gqa_pooling", "mha.draw", "mha.translator", "mha.bench",
+       "mha.exercises")  # fmt: skip
 
 # statement to run -> modules it must not load
 RULES = {
@@ -26,11 +30,21 @@ RULES = {
     "import mha; mha.flash_attention; mha.peak_memory_bytes": ("torch", "matplotlib", *TOP),
     "import mha; mha.kv_cache_bytes; mha.PUBLISHED_MODELS": ("torch", "matplotlib", *TOP),
     "import mha.exercises": ("torch", "matplotlib"),
+    "import mha.positional_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                                    "mha.modules", "mha.layers", "mha.transformer"),
     "import mha.modules": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
-                           "mha.transformer"),
-    # The Transformer reads the positional-encoding table: data, not the attention.
+                           "mha.layers", "mha.transformer"),
+    "import mha.layers": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                          "mha.transformer"),
+    "import mha.token_masks": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                               "mha.modules"),
+    # The Transformer reads the sinusoidal table from mha.positional: data, not the
+    # attention under test (the one import of the specification by a torch layer).
     "import mha.transformer": ("matplotlib", *SPECIFICATION, *TOP),
-    "import mha.convert": ("matplotlib", "mha.draw", "mha.translator", "mha.bench"),
+    "import mha.convert": ("matplotlib", "mha.draw", "mha.translator", "mha.bench",
+                           "mha.gqa_pooling"),
+    "import mha.gqa_pooling": ("matplotlib", *SPECIFICATION, "mha.positional",
+                               "mha.convert", "mha.draw", "mha.translator", "mha.bench"),
     "import mha.translator": ("matplotlib", "mha.draw", "mha.bench", "mha.exercises",
                               *SPECIFICATION),
     "import mha.draw": ("torch", "mha.translator", "mha.bench"),

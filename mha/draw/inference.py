@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from mha.attention import AttentionParams, KVCache, multi_head_attention_steps
+from mha.attention import kv_head_index, multi_head_attention_steps
 from mha.draw.layout import Caption, Grid, Op, compose
 from mha.draw.style import (
     cell_texts,
@@ -29,7 +29,9 @@ from mha.draw.style import (
     set_alt_text,
     to_numpy,
 )
+from mha.kv_cache import KVCache
 from mha.masks import causal_mask, sliding_window_mask
+from mha.params import AttentionParams
 
 
 def _rows_tinted(x: np.ndarray, h: int, new: Sequence[int], title: str, col_name: str,
@@ -100,7 +102,7 @@ def kv_cache_figure(
         raise ValueError(f"x must hold one sequence, shape (1, T, D), got shape {x.shape}")
     t_len = x.shape[1]
     h = check_index(head, num_heads, "head", "H")
-    kv = h // (num_heads // params.num_kv_heads(num_heads))
+    kv = int(kv_head_index(num_heads, params.num_kv_heads(num_heads))[h])
     labels = check_labels(tokens, t_len, "tokens", "T") or [str(i) for i in range(t_len)]
     band = causal_mask(t_len) if window is None else sliding_window_mask(t_len, window)
     full = multi_head_attention_steps(x, x, x, params, num_heads, mask=band)
@@ -197,7 +199,9 @@ def grouped_heads_figure(
     group = num_heads // num_kv
     steps = multi_head_attention_steps(x, x, x, params, num_heads, mask=causal_mask(t_len))
     dh = steps.q_heads.shape[-1]
-    for h in range(num_heads):  # the claim: head h reads key head h // group
+    # The claim, head h reads key head h // group, stated here again rather than taken
+    # from mha.kv_head_index, so that the figure checks what the specification does.
+    for h in range(num_heads):
         g = h // group
         scores = steps.q_heads[0, h] @ steps.k_heads[0, g].T / np.sqrt(dh)  # (T, T)
         scores = np.where(causal_mask(t_len), scores, -np.inf)

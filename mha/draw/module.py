@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from mha.attention import AttentionParams, multi_head_attention_steps
+from mha.attention import multi_head_attention_steps
 from mha.draw.layout import Caption, Grid, Group, Op, compose
 from mha.draw.style import (
     check_index,
@@ -32,6 +32,7 @@ from mha.draw.style import (
     to_numpy,
 )
 from mha.draw.tensors import head_index, shape_text
+from mha.params import AttentionParams
 
 
 def _plain(x: np.ndarray, title: str, col_name: str, tokens: list[str] | None = None,
