@@ -22,7 +22,7 @@ NB ?=
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help venv setup book test portability workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
+.PHONY: help venv setup book test portability package workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
@@ -31,6 +31,7 @@ help:
 	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
 	@echo "make workbook    write the exercises without solutions to workbook/ (REFRESH=1 rewrites)"
 	@echo "make lab         open the book in JupyterLab"
+	@echo "make package     pip install . into an empty venv and import mha (CI runs it too)"
 
 # PyPI's Linux wheel of torch brings several GB of CUDA libraries. With
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu the CPU-only build of the pinned
@@ -134,6 +135,17 @@ $(LAB_SETTINGS):
 # Jupyter refuses to run as root (containers) unless told it may.
 lab: venv $(LAB_SETTINGS)
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) .
+
+# The package on its own: `pip install .` into an empty venv (its declared dependencies
+# only, the CPU-only torch with TORCH_INDEX) must give an mha whose layers import.
+PACKAGE_VENV := _build/package-venv
+package:
+	rm -rf $(PACKAGE_VENV) && $(PYTHON) -m venv $(PACKAGE_VENV)
+	$(if $(TORCH_INDEX),$(PACKAGE_VENV)/bin/pip install --quiet '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
+	$(PACKAGE_VENV)/bin/pip install --quiet .
+	cd $(PACKAGE_VENV) && bin/python -c "import mha, mha.modules, mha.transformer, mha.draw, \
+		mha.translator; print('pip install . imports:', mha.__file__)"
+	rm -rf $(PACKAGE_VENV)
 
 bench: venv
 	$(PY) -m mha.bench

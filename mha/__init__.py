@@ -4,16 +4,25 @@ The NumPy functions named here are the specification (``mha.softmax``,
 ``mha.multi_head_attention``, ...). The package is built in layers, each importing
 only those below it:
 
-* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`,
-  :mod:`mha.tiled` (attention tile by tile) and :mod:`mha.cost` (what a KV cache costs
-  and saves, in bytes and multiply-adds), NumPy only: no torch, no matplotlib;
-* beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
-  :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
-  so that the tests comparing the two compare independent code;
+* the specification, NumPy only (no torch, no matplotlib): :mod:`mha.attention`
+  (softmax, heads, attention step by step, the grouped-query head mapping),
+  :mod:`mha.params` (the weights), :mod:`mha.kv_cache`, :mod:`mha.masks`,
+  :mod:`mha.positional` (sinusoidal, RoPE, ALiBi), :mod:`mha.tiled` (attention tile by
+  tile) and :mod:`mha.cost` (what a KV cache costs and saves);
+* beside it, the PyTorch layers: :mod:`mha.modules` (``MultiHeadAttention``),
+  :mod:`mha.kv_cache_torch`, :mod:`mha.positional_torch` (RoPE, ALiBi),
+  :mod:`mha.layers` (feed-forward, encoder and decoder layers), :mod:`mha.token_masks`
+  and :mod:`mha.transformer`. They never import the specification's attention, so
+  that the tests comparing the two compare independent code; the one import across
+  is the Transformer's sinusoidal table, data read from :mod:`mha.positional`;
 * above both: :mod:`mha.convert` (weights between the specification, our modules and
-  ``torch.nn``), :mod:`mha.draw` (figures from real arrays), :mod:`mha.exercises`
+  ``torch.nn``), :mod:`mha.gqa_pooling` (grouped-query attention by mean-pooling a
+  trained module), :mod:`mha.draw` (figures from real arrays), :mod:`mha.exercises`
   (checkers for the learner's code), :mod:`mha.bench`, :mod:`mha.notebook`, and the
   tiny translator, :mod:`mha.translator`.
+
+Every bad argument, whatever is wrong with it (type, dtype, shape or value), raises
+``ValueError`` with a message naming the argument (see :mod:`mha._checks`).
 
 ``import mha`` loads nothing else: each name below is imported on first use.
 
@@ -32,8 +41,9 @@ Mask convention: boolean, ``True`` = may attend (as in
 PyTorch's opposite boolean convention and additive float masks. A query row with
 nothing to attend to (every key blocked, or no keys at all) gets zero weights and zero
 context, never NaN; a NaN in the input propagates to the rows it reaches, as in PyTorch.
-An additive float ``bias`` (ALiBi's distance penalty, :func:`mha.alibi_bias`) is a
-separate argument, added to the scaled scores beside the mask: it never unblocks a key.
+An additive float ``score_bias`` (ALiBi's distance penalty, :func:`mha.alibi_bias`)
+is a separate argument, added to the scaled scores beside the mask: it never unblocks
+a key.
 """
 
 from __future__ import annotations

@@ -1,9 +1,17 @@
-"""Input validation shared by the NumPy modules.
+"""Argument checks: the specification's array checks, and the scalar ones every layer
+shares.
 
-Every helper raises ``ValueError`` with a message that names the offending argument
-and the shapes involved, so a reader who passes the wrong tensor sees *which* one and
-*why*, instead of a NumPy broadcasting error from deep inside a matmul (or, worse, a
-silent broadcast that produces wrong numbers).
+The rule in all of :mod:`mha`: a bad argument, whatever is wrong with it (its type, its
+dtype, its shape or its value), raises ``ValueError`` with a message that names the
+argument and the shapes involved, so a reader who passes the wrong tensor sees *which*
+one and *why*, instead of a NumPy broadcasting error from deep inside a matmul (or,
+worse, a silent broadcast that produces wrong numbers).
+
+The array checks (``as_float_array``, ``as_bool_mask``, ``check_mask_shape``,
+``as_score_bias``, ``check_qkv``) serve the NumPy specification; the torch layers check
+their tensors themselves (:mod:`mha.modules`), and share the scalar checks
+(``check_positive_int``, ``check_divisible``, ``check_kv_heads``,
+``check_queries_and_keys``) with it.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class KVCache:
         mask: unmasked, its first query would see the later ones. The mask it needs is
         ``mha.sliding_window_mask(size, window, num_keys=num_keys)``, ``num_keys``
         counting the kept cached positions and the new ones. One position needs none.
-        (The torch cache, :class:`mha.modules.KVCache`, states the same rule again.)
+        (The torch cache, :class:`mha.kv_cache_torch.KVCache`, states the same rule again.)
         """
         if self.window is not None and size > 1 and not has_mask:
             raise ValueError(

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mha._checks import check_positive_int
-from mha.modules import KVCache, MultiHeadAttention
+from mha.kv_cache_torch import KVCache
+from mha.modules import MultiHeadAttention
 
 __all__ = ["DecoderLayer", "EncoderLayer", "FeedForward"]
 

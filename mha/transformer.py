@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from mha._checks import check_non_negative_int, check_positive_int
+from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
-from mha.modules import KVCache
 from mha.positional import sinusoidal_positional_encoding
 from mha.positional_torch import alibi_bias
 from mha.token_masks import check_token_ids, source_mask, target_mask

@@ -16,7 +16,8 @@ from mha.cost import (
     decode_macs_without_cache,
     kv_cache_bytes,
 )
-from mha.modules import KVCache, MultiHeadAttention
+from mha.kv_cache_torch import KVCache
+from mha.modules import MultiHeadAttention
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -16,8 +16,6 @@ import pytest
 
 SPECIFICATION = ("mha.attention", "mha.params", "mha.kv_cache", "mha.masks", "mha.tiled",
                  "mha.cost")  # fmt: skip
-TORCH_LAYERS = ("mha.modules", "mha.positional_torch", "mha.layers", "mha.token_masks",
-                "mha.transformer")  # fmt: skip
 TOP = ("mha.convert", "mha.gqa_pooling", "mha.draw", "mha.translator", "mha.bench",
        "mha.exercises")  # fmt: skip
 
@@ -30,6 +28,8 @@ RULES = {
     "import mha; mha.flash_attention; mha.peak_memory_bytes": ("torch", "matplotlib", *TOP),
     "import mha; mha.kv_cache_bytes; mha.PUBLISHED_MODELS": ("torch", "matplotlib", *TOP),
     "import mha.exercises": ("torch", "matplotlib"),
+    "import mha.kv_cache_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                                  "mha.modules", "mha.layers", "mha.transformer"),
     "import mha.positional_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
                                     "mha.modules", "mha.layers", "mha.transformer"),
     "import mha.modules": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,

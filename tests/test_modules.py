@@ -242,6 +242,36 @@ def test_nn_multihead_attention_empty_rows_depend_on_the_path() -> None:
         torch.testing.assert_close(out[0, 2], b_o, rtol=0, atol=1e-12)
 
 
+def test_inf_or_an_overflowing_sum_takes_the_explicit_path(monkeypatch) -> None:
+    """The fast path's finiteness check sums q and k: an inf must send the call to the
+    explicit path, and so must finite values whose sum overflows float32 (the result
+    is then the explicit path's, the same numbers)."""
+    module, x, _ = empty_row_setup()
+    module = module.float()
+    calls = []
+    explicit = module._attend_explicit
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return explicit(*args, **kwargs)
+
+    monkeypatch.setattr(module, "_attend_explicit", spy)
+    x = x.float()
+    module(x, x, x, need_weights=False)
+    assert not calls  # finite: the fused kernel
+    with torch.no_grad():
+        module.W_q.bias.fill_(3e37)  # every q finite, their sum not (float32 max 3.4e38)
+    out, _ = module(x, x, x, need_weights=False)
+    assert calls and torch.isfinite(out).all()
+    calls.clear()
+    with torch.no_grad():
+        module.W_q.bias.zero_()
+    big = x.clone()
+    big[0, 0, 0] = float("inf")
+    module(big, x, x, need_weights=False)
+    assert calls
+
+
 def test_nan_in_a_query_propagates_on_both_paths() -> None:
     """A NaN query row must not come out as the finite b_o of an empty row."""
     module, x, mask = empty_row_setup()

@@ -20,7 +20,8 @@ from numerics import EPS64, assert_same_greedy_tokens
 
 import mha
 from mha import convert
-from mha.modules import KVCache, MultiHeadAttention
+from mha.kv_cache_torch import KVCache
+from mha.modules import MultiHeadAttention
 from mha.positional_torch import alibi_bias as torch_alibi_bias
 from mha.positional_torch import alibi_slopes as torch_alibi_slopes
 from mha.positional_torch import apply_rope as torch_apply_rope

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 import mha
 from mha import convert
-from mha.modules import KVCache, MultiHeadAttention
+from mha.kv_cache_torch import KVCache
+from mha.modules import MultiHeadAttention
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CLOSE = {"rtol": 1e-12, "atol": 1e-12}

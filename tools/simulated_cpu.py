@@ -45,6 +45,7 @@ from tools import nbtools, stages
 TOOLING_TESTS = [
     "tests/test_import_layering.py",
     "tests/test_notebooks.py",
+    "tests/test_packaging.py",
     "tests/test_site.py",
     "tests/test_stages.py",
     "tests/test_workbook.py",

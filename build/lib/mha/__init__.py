@@ -1,0 +1,101 @@
+"""mha: multi-head attention, written to be read, and proven equal to PyTorch.
+
+The NumPy functions named here are the specification (``mha.softmax``,
+``mha.multi_head_attention``, ...). The package is built in layers, each importing
+only those below it:
+
+* the specification: :mod:`mha.attention`, :mod:`mha.masks`, :mod:`mha.positional`,
+  :mod:`mha.tiled` (attention tile by tile) and :mod:`mha.cost` (what a KV cache costs
+  and saves, in bytes and multiply-adds), NumPy only: no torch, no matplotlib;
+* beside it, the PyTorch modules: :mod:`mha.modules` (attention) and
+  :mod:`mha.transformer` (the encoder-decoder), which never import the specification,
+  so that the tests comparing the two compare independent code;
+* above both: :mod:`mha.convert` (weights between the specification, our modules and
+  ``torch.nn``), :mod:`mha.draw` (figures from real arrays), :mod:`mha.exercises`
+  (checkers for the learner's code), :mod:`mha.bench`, :mod:`mha.notebook`, and the
+  tiny translator, :mod:`mha.translator`.
+
+``import mha`` loads nothing else: each name below is imported on first use.
+
+Shape legend
+------------
+B   batch size
+H   number of heads (``num_heads``)
+T   target / query length
+S   source / key length (``S == T`` for self-attention)
+D   model width (``d_model``)
+Dh  per-head width (``head_dim = D // H``; the paper's d_k, the seeds' "query size")
+V   vocabulary size
+
+Mask convention: boolean, ``True`` = may attend (as in
+``torch.nn.functional.scaled_dot_product_attention``); see :mod:`mha.masks` for
+PyTorch's opposite boolean convention and additive float masks. A query row with
+nothing to attend to (every key blocked, or no keys at all) gets zero weights and zero
+context, never NaN; a NaN in the input propagates to the rows it reaches, as in PyTorch.
+An additive float ``bias`` (ALiBi's distance penalty, :func:`mha.alibi_bias`) is a
+separate argument, added to the scaled scores beside the mask: it never unblocks a key.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Where each name of the specification lives: loaded on first use, so that importing
+# a torch layer (which imports the package ``mha`` first) does not load the NumPy one.
+_SPECIFICATION = {
+    "mha.attention": [
+        "AttentionSteps",
+        "kv_head_index",
+        "merge_heads",
+        "multi_head_attention",
+        "multi_head_attention_steps",
+        "scaled_dot_product_attention",
+        "softmax",
+        "split_heads",
+    ],
+    "mha.params": ["AttentionParams"],
+    "mha.kv_cache": ["KVCache"],
+    "mha.masks": [
+        "causal_mask",
+        "combine_masks",
+        "from_additive_mask",
+        "from_torch_attn_mask",
+        "from_torch_key_padding_mask",
+        "padding_mask",
+        "sliding_window_mask",
+        "to_additive_mask",
+        "to_torch_attn_mask",
+        "to_torch_key_padding_mask",
+    ],
+    "mha.positional": [
+        "alibi_bias",
+        "alibi_slopes",
+        "apply_rope",
+        "rope_permutation",
+        "sinusoidal_positional_encoding",
+    ],
+    "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
+    "mha.cost": [
+        "PUBLISHED_MODELS",
+        "PublishedModel",
+        "decode_macs_with_cache",
+        "decode_macs_without_cache",
+        "kv_cache_bytes",
+    ],
+}
+_HOME = {name: module for module, names in _SPECIFICATION.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'mha' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

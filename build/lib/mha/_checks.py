@@ -1,0 +1,177 @@
+"""Input validation shared by the NumPy modules.
+
+Every helper raises ``ValueError`` with a message that names the offending argument
+and the shapes involved, so a reader who passes the wrong tensor sees *which* one and
+*why*, instead of a NumPy broadcasting error from deep inside a matmul (or, worse, a
+silent broadcast that produces wrong numbers).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def as_float_array(x: object, name: str) -> np.ndarray:
+    """Return ``x`` as a floating-point array (integers and booleans become float64)."""
+    arr = np.asarray(x)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be real, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def check_ndim(x: np.ndarray, ndim: int, name: str, layout: str) -> None:
+    """Require ``x.ndim == ndim``; ``layout`` (e.g. ``"(B, T, D)"``) goes into the message."""
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {layout} ({ndim} dims), got shape {x.shape}")
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """Return ``value`` as an ``int`` if it is a positive integer (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_queries_and_keys(size: object, num_keys: object) -> tuple[int, int]:
+    """``(T, S)`` for a mask or bias of the last ``size`` of ``num_keys`` positions
+    (``num_keys`` None: as many keys as queries)."""
+    size = check_positive_int(size, "size")
+    num_keys = size if num_keys is None else check_positive_int(num_keys, "num_keys")
+    if num_keys < size:
+        raise ValueError(
+            f"num_keys={num_keys} is smaller than size={size}: the queries must be the "
+            "last of the key positions"
+        )
+    return size, num_keys
+
+
+def check_non_negative_int(value: object, name: str) -> int:
+    """Return ``value`` as an ``int`` if it is an integer >= 0 (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def check_divisible(d_model: int, num_heads: int) -> int:
+    """Return ``head_dim = d_model // num_heads``; reject a remainder."""
+    num_heads = check_positive_int(num_heads, "num_heads")
+    if d_model % num_heads != 0:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by num_heads={num_heads}: every head "
+            f"gets d_model / num_heads features, which must be a whole number"
+        )
+    return d_model // num_heads
+
+
+def check_kv_heads(num_heads: int, num_kv_heads: object) -> int:
+    """Return the group size ``num_heads // num_kv_heads`` of grouped-query attention:
+    ``num_kv_heads`` must be a positive integer that divides ``num_heads``."""
+    num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads")
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}: each key/value "
+            "head serves a group of num_heads / num_kv_heads query heads"
+        )
+    return num_heads // num_kv_heads
+
+
+def as_bool_mask(mask: object, name: str = "mask") -> np.ndarray:
+    """Return ``mask`` as a boolean array; any other dtype is an error.
+
+    A float or integer "mask" is refused instead of being compared with 0, because
+    the two common float conventions (1 = keep vs. 0 = keep, as in additive masks)
+    are opposite: guessing would silently invert it.
+    """
+    arr = np.asarray(mask)
+    if arr.dtype != np.bool_:
+        raise ValueError(
+            f"{name} must be a boolean array (True = may attend), got dtype {arr.dtype} "
+            f"with shape {arr.shape}; for an additive float mask use mha.from_additive_mask"
+        )
+    return arr
+
+
+def check_mask_shape(mask: np.ndarray, target: tuple[int, ...], name: str = "mask") -> None:
+    """Require that ``mask`` broadcasts to exactly ``target`` = ``(..., T, S)``.
+
+    The rule is stricter than NumPy's: the mask may not have more dimensions than
+    ``target`` and may not enlarge it, each of its dims must be 1 or equal to the
+    matching (right-aligned) dim of ``target``, and it needs at least the two
+    trailing ``(T, S)`` dims — a 1-D mask is refused because it cannot say whether
+    it runs over queries or keys.
+    """
+    layout = f"(..., T, S) = {target}"
+    if mask.ndim < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dims (..., T, S), got shape {mask.shape}; "
+            f"expected a shape that broadcasts to {layout}"
+        )
+    if mask.ndim > len(target):
+        raise ValueError(
+            f"{name} with shape {mask.shape} has more dims than the attention scores {layout}"
+        )
+    for got, want in zip(mask.shape[::-1], target[::-1], strict=False):
+        if got not in (1, want):
+            raise ValueError(
+                f"{name} with shape {mask.shape} does not broadcast to the attention "
+                f"scores {layout}: every dim must be 1 or match"
+            )
+
+
+def as_score_bias(
+    score_bias: object, target: tuple[int, ...], name: str = "score_bias"
+) -> np.ndarray:
+    """Return ``score_bias`` as a float array that broadcasts to the scores ``target``.
+
+    An additive bias (ALiBi's, for instance) must be a finite float array: a boolean
+    or integer one would most likely be a mask passed in the wrong place, and ``-inf``
+    entries would block keys behind the back of the boolean ``mask``, whose rule for
+    rows with nothing to attend to must stay the one place that decides. The shape
+    rule is :func:`check_mask_shape`'s.
+    """
+    arr = np.asarray(score_bias)
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(
+            f"{name} must be a float array (added to the scaled scores), got dtype "
+            f"{arr.dtype} with shape {arr.shape}; a boolean mask goes in mask="
+        )
+    check_mask_shape(arr, target, name)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(
+            f"{name} (shape {arr.shape}) must be finite: block keys with the boolean "
+            "mask, not with -inf (mha.from_additive_mask converts an additive mask)"
+        )
+    return arr
+
+
+def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    """``q (..., T, Dh)``, ``k (..., S, Dh)`` and ``v (..., S, Dv)`` fit together."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., length, dim), got {x.shape}")
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(
+            f"q, k and v must have the same number of dims, got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(
+            f"q, k and v must have the same leading (batch, head) dims, got q {q.shape}, "
+            f"k {k.shape}, v {v.shape}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dim Dh (queries are compared with keys by "
+            f"dot product), got q {q.shape} and k {k.shape}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length S (one value per key), got k {k.shape} "
+            f"and v {v.shape}"
+        )

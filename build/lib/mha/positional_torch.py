@@ -1,0 +1,125 @@
+"""RoPE and ALiBi in PyTorch: the torch twins of the specification's functions.
+
+:func:`apply_rope`, :func:`alibi_slopes` and :func:`alibi_bias` compute what
+``mha.apply_rope``, ``mha.alibi_slopes`` and ``mha.alibi_bias`` specify, on tensors
+and with autograd, for :class:`mha.modules.MultiHeadAttention` (``rope_positions=``
+and ``score_bias=``). Written again here, not imported: the tests compare the two.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import Tensor
+
+from mha._checks import check_positive_int, check_queries_and_keys
+
+__all__ = ["alibi_bias", "alibi_slopes", "apply_rope"]
+
+
+def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding: turn pair ``(2i, 2i + 1)`` of the vector at position
+    ``m`` by the angle ``m * base^(-2i / Dh)``.
+
+    The same function as ``mha.apply_rope`` (adjacent pairs, as in the RoFormer paper;
+    see there for the other convention), on tensors and with autograd.
+
+    Parameters
+    ----------
+    x : Tensor
+        ``(..., L, Dh)`` float, ``Dh`` even: query or key heads, e.g. ``(B, H, L, Dh)``.
+    positions : Tensor
+        Integer, ``(L,)`` or broadcastable to ``x``'s ``(..., L)`` without enlarging it.
+    base : float
+        Positive; 10000 in the paper.
+
+    Returns
+    -------
+    Tensor
+        Same shape and dtype as ``x``; the angles are computed in float64.
+    """
+    if not isinstance(x, Tensor) or not x.dtype.is_floating_point or x.ndim < 2:
+        kind = f"{x.dtype} {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a float tensor (..., L, Dh), got {kind}")
+    head_dim = x.shape[-1]
+    if head_dim % 2 != 0:
+        raise ValueError(
+            f"x's last dim Dh must be even (RoPE rotates pairs of dimensions), got shape "
+            f"{tuple(x.shape)}"
+        )
+    if not isinstance(positions, Tensor) or positions.dtype.is_floating_point or (
+        positions.dtype.is_complex or positions.dtype == torch.bool
+    ):
+        kind = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be an integer tensor, got {kind}")
+    lead = tuple(x.shape[:-1])
+    if not 1 <= positions.ndim <= len(lead) or any(
+        got not in (1, want)
+        for got, want in zip(positions.shape[::-1], lead[::-1], strict=False)
+    ):
+        raise ValueError(
+            f"positions of shape {tuple(positions.shape)} does not broadcast to x's "
+            f"(..., L) = {lead}: it needs the L dim, and every dim must be 1 or match"
+        )
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not 0 < base < math.inf:
+        raise ValueError(f"base must be a positive finite number, got {base!r}")
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.float64, device=x.device)  # (Dh/2,)
+    frequencies = torch.exp(two_i * (-math.log(base) / head_dim))  # base^(-2i/Dh)
+    angles = positions.to(torch.float64)[..., None] * frequencies  # (..., L, Dh/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, Dh/2): first and second of each pair
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return rotated.flatten(-2)  # (..., L, Dh/2, 2) -> (..., L, Dh)
+
+
+def alibi_slopes(
+    num_heads: int, *, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> Tensor:
+    """ALiBi's slope per head, as ``mha.alibi_slopes``: ``2^(-8k/H)``, ``k = 1..H``, for
+    ``H`` a power of two; otherwise those of the largest power of two ``p < H``, then
+    ``2^(-4k/p)`` for odd ``k = 1, 3, ...`` until there are ``H``.
+
+    Returns
+    -------
+    Tensor
+        ``(H,)`` in ``dtype`` (default: torch's default dtype).
+    """
+    num_heads = check_positive_int(num_heads, "num_heads")
+    power = 1 << (num_heads.bit_length() - 1)  # largest power of two <= H
+    k = torch.arange(1, power + 1, dtype=torch.float64)
+    slopes = torch.pow(2.0, -8.0 * k / power)  # (p,)
+    odd = 2 * torch.arange(num_heads - power, dtype=torch.float64) + 1  # (H - p,) 1, 3, ...
+    slopes = torch.cat([slopes, torch.pow(2.0, -4.0 * odd / power)])  # (H,)
+    return slopes.to(dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+def alibi_bias(
+    num_heads: int,
+    size: int,
+    num_keys: int | None = None,
+    causal: bool = True,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """ALiBi's additive bias ``-slope_h * distance``, as ``mha.alibi_bias``.
+
+    The queries are the last ``size = T`` of ``num_keys = S`` positions. ``causal``:
+    ``distance = i - j`` for keys up to the query and 0 for keys after it (the causal
+    mask blocks those); otherwise ``|i - j|``.
+
+    Returns
+    -------
+    Tensor
+        ``(H, T, S)``, ``<= 0``, for the ``bias`` of :meth:`MultiHeadAttention.forward`.
+    """
+    size, num_keys = check_queries_and_keys(size, num_keys)
+    slopes = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
+    queries = torch.arange(num_keys - size, num_keys, device=device)  # (T,)
+    keys = torch.arange(num_keys, device=device)  # (S,)
+    offset = keys[None, :] - queries[:, None]  # (1, S) - (T, 1) -> (T, S): j - i
+    offset = offset.clamp(max=0) if causal else -offset.abs()  # integers: never -0
+    bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S)
+    return bias.to(dtype or torch.get_default_dtype())

@@ -1,0 +1,349 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need".
+
+The whole model: embeddings, the positions, the encoder and decoder stacks of
+:mod:`mha.layers`, and the output layer, with a KV cache for decoding. Positions are
+the paper's sinusoidal table (read from the specification's :mod:`mha.positional`:
+the one place a torch module imports the specification, for data, not for the
+attention under test) or RoPE or ALiBi inside self-attention
+(:mod:`mha.positional_torch`). The tests check it against PyTorch's
+``nn.Transformer`` with copied weights (see :mod:`mha.convert`).
+
+Shape legend: B batch, H heads, T target length, S source length, D d_model,
+V vocabulary size. Masks: boolean, ``True`` = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from mha._checks import check_non_negative_int, check_positive_int
+from mha.kv_cache_torch import KVCache
+from mha.layers import DecoderLayer, EncoderLayer
+from mha.positional import sinusoidal_positional_encoding
+from mha.positional_torch import alibi_bias
+from mha.token_masks import check_token_ids, source_mask, target_mask
+
+__all__ = ["POSITIONS", "AttentionMaps", "Transformer"]
+
+
+#: The position schemes a :class:`Transformer` can use (its ``positions`` argument).
+POSITIONS = ("sinusoidal", "rope", "alibi")
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights of every layer of a :class:`Transformer`, one tensor per layer.
+
+    Attributes
+    ----------
+    encoder : list of Tensor
+        ``(B, H, S, S)`` encoder self-attention.
+    decoder_self : list of Tensor
+        ``(B, H, T, T)`` masked decoder self-attention.
+    cross : list of Tensor
+        ``(B, H, T, S)`` decoder-to-encoder attention.
+    """
+
+    encoder: list[Tensor]
+    decoder_self: list[Tensor]
+    cross: list[Tensor]
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need", small by default.
+
+    Parameters
+    ----------
+    src_vocab_size, tgt_vocab_size : int
+        Vocabulary sizes of the source and target languages.
+    d_model, num_heads, d_ff : int
+        Width, heads per attention, feed-forward hidden width.
+    num_encoder_layers, num_decoder_layers : int
+        Depth of each stack.
+    dropout : float
+        Dropout after the embeddings and inside every layer.
+    max_len : int
+        Longest source or target sequence (size of the positional-encoding table).
+    pad_id : int
+        Padding token id in both vocabularies; masks are derived from it.
+    norm_first : bool
+        Pre-norm layers (plus a final LayerNorm after each stack).
+    layer_norm_eps : float
+        LayerNorm epsilon.
+    positions : str
+        Where the model learns the order of the tokens, one of :data:`POSITIONS`:
+        ``"sinusoidal"`` (the paper: a fixed table added to the embeddings),
+        ``"rope"`` (RoPE: the queries and keys of every self-attention rotated by their
+        positions, :func:`mha.positional_torch.apply_rope`; needs an even head_dim) or
+        ``"alibi"`` (ALiBi: ``-slope * distance`` added to the self-attention scores,
+        :func:`mha.positional_torch.alibi_bias`, symmetric in the encoder and causal in the
+        decoder). With RoPE and ALiBi no table is added to the embeddings, and the
+        cross-attention gets no position information (its queries and keys come from
+        two different sequences).
+
+    Attributes
+    ----------
+    config : dict
+        The constructor arguments above, by name, exactly as this model was built with
+        them: ``Transformer(**model.config)`` builds the same architecture, and a
+        checkpoint stores this dict (see :func:`mha.translator.save_checkpoint`).
+
+    Notes
+    -----
+    Embeddings are multiplied by ``sqrt(d_model)`` (as in the paper) and initialised with
+    standard deviation ``d_model**-0.5``, so the scaled embedding has entries of size ~1,
+    like the sinusoidal encoding they are added to. Initialised at N(0, 1), the scaled
+    embedding would be ``sqrt(d_model)`` times larger and drown the position signal.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 32,
+        num_heads: int = 2,
+        num_encoder_layers: int = 1,
+        num_decoder_layers: int = 1,
+        d_ff: int = 64,
+        dropout: float = 0.0,
+        max_len: int = 64,
+        pad_id: int = 0,
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        positions: str = "sinusoidal",
+    ):
+        super().__init__()
+        # Refuse floats and bools (True would silently mean one layer, or a vocabulary
+        # of one word) before they reach nn.Embedding, range() or nn.Linear.
+        src_vocab_size = check_positive_int(src_vocab_size, "src_vocab_size")
+        tgt_vocab_size = check_positive_int(tgt_vocab_size, "tgt_vocab_size")
+        d_model = check_positive_int(d_model, "d_model")
+        num_heads = check_positive_int(num_heads, "num_heads")
+        num_encoder_layers = check_non_negative_int(num_encoder_layers, "num_encoder_layers")
+        num_decoder_layers = check_non_negative_int(num_decoder_layers, "num_decoder_layers")
+        d_ff = check_positive_int(d_ff, "d_ff")
+        max_len = check_positive_int(max_len, "max_len")
+        pad_id = check_non_negative_int(pad_id, "pad_id")
+        if not isinstance(positions, str) or positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if positions == "rope" and d_model % num_heads == 0 and d_model // num_heads % 2:
+            raise ValueError(
+                f"positions='rope' rotates pairs of dimensions: head_dim = d_model / "
+                f"num_heads = {d_model // num_heads} must be even (d_model={d_model}, "
+                f"num_heads={num_heads})"
+            )
+        # The architecture is recorded as given, not read back from the submodules later
+        # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
+        self.config: dict[str, object] = {
+            "src_vocab_size": src_vocab_size,
+            "tgt_vocab_size": tgt_vocab_size,
+            "d_model": d_model,
+            "num_heads": num_heads,
+            "num_encoder_layers": num_encoder_layers,
+            "num_decoder_layers": num_decoder_layers,
+            "d_ff": d_ff,
+            "dropout": float(dropout),
+            "max_len": max_len,
+            "pad_id": pad_id,
+            "norm_first": bool(norm_first),
+            "layer_norm_eps": float(layer_norm_eps),
+            "positions": positions,
+        }
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self.positions = positions
+        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
+        for embedding in (self.src_embedding, self.tgt_embedding):
+            nn.init.normal_(embedding.weight, mean=0.0, std=d_model**-0.5)
+        # A function of (max_len, d_model) only: a buffer (moves with .to()), not a
+        # parameter, and not saved in checkpoints. None with RoPE or ALiBi.
+        encoding = None
+        if positions == "sinusoidal":
+            table = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
+            encoding = table.to(torch.get_default_dtype())
+        self.register_buffer("positional_encoding", encoding, persistent=False)
+        self.embedding_dropout = nn.Dropout(dropout)
+        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, layer_norm_eps)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(*layer_args) for _ in range(num_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(*layer_args) for _ in range(num_decoder_layers)
+        )
+        # Pre-norm leaves the residual stream un-normalised: normalise once at the end.
+        # (Post-norm layers already end in a LayerNorm, as in the paper.)
+        if norm_first:
+            self.encoder_norm: nn.Module = nn.LayerNorm(d_model, eps=layer_norm_eps)
+            self.decoder_norm: nn.Module = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        else:
+            self.encoder_norm = nn.Identity()
+            self.decoder_norm = nn.Identity()
+        self.output = nn.Linear(d_model, tgt_vocab_size)
+
+    def _embed(
+        self, tokens: Tensor, embedding: nn.Embedding, name: str, start: int = 0
+    ) -> Tensor:
+        """Embed ``tokens[:, start:]``, which sit at positions ``start, start + 1, ...``."""
+        check_token_ids(tokens, name)
+        length = tokens.shape[1]
+        if length > self.max_len:
+            raise ValueError(
+                f"{name} has length {length} > max_len={self.max_len} (shape {tuple(tokens.shape)})"
+            )
+        # (B, L) -> (B, L, D), plus (L, D) broadcast over the batch
+        x = embedding(tokens[:, start:]) * math.sqrt(self.d_model)
+        if self.positional_encoding is not None:  # RoPE and ALiBi act in attention
+            x = x + self.positional_encoding[start:length]
+        return self.embedding_dropout(x)
+
+    def _position_inputs(
+        self, size: int, num_keys: int, causal: bool, x: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """``(score_bias, rope_positions)`` for a self-attention whose queries are the
+        last ``size`` of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's
+        positions ``(T,)`` (absolute, so a cached decoder rotates each new query at its
+        place); neither for the sinusoidal table, which is already in ``x``."""
+        score_bias = rope_positions = None
+        if self.positions == "alibi" and size > 0:  # no new position: nothing to bias
+            score_bias = alibi_bias(
+                self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
+            )  # (H, T, S)
+        elif self.positions == "rope":
+            rope_positions = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
+        return score_bias, rope_positions
+
+    def new_cache(self) -> list[tuple[KVCache, KVCache]]:
+        """Empty caches for :meth:`decode`: per decoder layer, one for the growing
+        self-attention keys and values, one (``fixed``) for the projected memory."""
+        return [(KVCache(), KVCache(fixed=True)) for _ in self.decoder_layers]
+
+    def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """Run the encoder.
+
+        Parameters
+        ----------
+        src : Tensor
+            ``(B, S)`` source token ids (``pad_id`` for padding).
+        need_weights : bool
+            Collect each layer's self-attention weights.
+
+        Returns
+        -------
+        memory : Tensor
+            ``(B, S, D)``.
+        enc_weights : list of Tensor
+            One ``(B, H, S, S)`` per layer, or empty when ``need_weights`` is False.
+        """
+        x = self._embed(src, self.src_embedding, "src")
+        mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
+        size = src.shape[1]
+        score_bias, rope_positions = self._position_inputs(size, size, causal=False, x=x)
+        enc_weights = []
+        for layer in self.encoder_layers:
+            x, weights = layer(x, mask, need_weights=need_weights, score_bias=score_bias,
+                               rope_positions=rope_positions)  # fmt: skip
+            if need_weights:
+                enc_weights.append(weights)
+        return self.encoder_norm(x), enc_weights
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src: Tensor,
+        need_weights: bool = False,
+        cache: list[tuple[KVCache, KVCache]] | None = None,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """Run the decoder and the output projection.
+
+        Parameters
+        ----------
+        tgt_in : Tensor
+            ``(B, T)`` decoder input ids (target shifted right, starting with BOS).
+        memory : Tensor
+            ``(B, S, D)`` from :meth:`encode`.
+        src : Tensor
+            ``(B, S)`` the source ids, for the cross-attention padding mask.
+        need_weights : bool
+            Collect each layer's attention weights.
+        cache : list, optional
+            From :meth:`new_cache`, holding the first ``L`` positions of ``tgt_in``
+            (the whole prefix is passed every time; its padding is needed for the
+            mask): only positions ``L ..`` are computed, their keys and values are
+            cached, and the memory is projected once, at the first call.
+
+        Returns
+        -------
+        logits : Tensor
+            ``(B, T, V)`` unnormalised next-token scores (``(B, T - L, V)`` with a
+            cache: the new positions only).
+        self_weights : list of Tensor
+            One ``(B, H, T, T)`` per layer (empty unless ``need_weights``).
+        cross_weights : list of Tensor
+            One ``(B, H, T, S)`` per layer (empty unless ``need_weights``).
+        """
+        check_token_ids(src, "src")
+        if memory.ndim != 3 or memory.shape[:2] != src.shape or memory.shape[2] != self.d_model:
+            raise ValueError(
+                f"memory must have shape (B, S, d_model) = {(*src.shape, self.d_model)} to "
+                f"match src {tuple(src.shape)}, got {tuple(memory.shape)}"
+            )
+        check_token_ids(tgt_in, "tgt_in")
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"tgt_in and src must have the same batch size, got shapes "
+                f"tgt_in {tuple(tgt_in.shape)}, src {tuple(src.shape)}"
+            )
+        start = cache[0][0].length if cache else 0  # positions already cached
+        x = self._embed(tgt_in, self.tgt_embedding, "tgt_in", start)
+        self_mask = target_mask(tgt_in, self.pad_id)[:, :, start:]  # (B, 1, T - L, T)
+        cross_mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
+        size = tgt_in.shape[1]
+        # The new positions start..size-1 attend to all of 0..size-1.
+        score_bias, rope_positions = self._position_inputs(size - start, size, causal=True, x=x)
+        self_weights, cross_weights = [], []
+        caches = cache if cache is not None else [None] * len(self.decoder_layers)
+        for layer, layer_cache in zip(self.decoder_layers, caches, strict=True):
+            x, sw, cw = layer(
+                x, memory, self_mask, cross_mask, need_weights=need_weights,
+                cache=layer_cache, self_score_bias=score_bias, rope_positions=rope_positions,
+            )
+            if need_weights:
+                self_weights.append(sw)
+                cross_weights.append(cw)
+        logits = self.output(self.decoder_norm(x))  # (B, T, D) @ (D, V) -> (B, T, V)
+        return logits, self_weights, cross_weights
+
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, need_weights: bool = False
+    ) -> Tensor | tuple[Tensor, AttentionMaps]:
+        """Encode ``src`` and decode ``tgt_in`` (teacher forcing).
+
+        Parameters
+        ----------
+        src : Tensor
+            ``(B, S)`` source ids.
+        tgt_in : Tensor
+            ``(B, T)`` decoder input ids.
+        need_weights : bool
+            Also return every layer's attention weights.
+
+        Returns
+        -------
+        logits : Tensor
+            ``(B, T, V)``; with ``need_weights``, ``(logits, AttentionMaps)``.
+        """
+        memory, enc_weights = self.encode(src, need_weights=need_weights)
+        logits, self_weights, cross_weights = self.decode(
+            tgt_in, memory, src, need_weights=need_weights
+        )
+        if need_weights:
+            return logits, AttentionMaps(enc_weights, self_weights, cross_weights)
+        return logits

@@ -1,0 +1,64 @@
+"""The tiny translator: a real encoder-decoder Transformer, trained in seconds on a CPU.
+
+It sits on top of the rest of :mod:`mha` (it uses :class:`mha.transformer.Transformer`)
+and has one module per job:
+
+* :mod:`~mha.translator.corpus`: the generated English -> Spanish corpus and its
+  vocabularies (no download);
+* :mod:`~mha.translator.training`: the recipe, :class:`TrainConfig`, and :func:`train`;
+* :mod:`~mha.translator.decoding`: greedy decoding and the :class:`Translator`;
+* :mod:`~mha.translator.evaluation`: whole-sentence exact match on the splits;
+* :mod:`~mha.translator.checkpoint`: pickle-free ``.npz`` checkpoints, and the one
+  shipped with the book (:func:`load_pretrained`).
+
+``python -m mha.translator`` trains one from scratch and prints its scores.
+The names below are the ones the chapters use, e.g. ``mha.translator.train(config)``.
+"""
+
+from mha.translator.checkpoint import (
+    CHECKPOINT,
+    load_checkpoint,
+    load_pretrained,
+    model_config,
+    read_metadata,
+    save_checkpoint,
+)
+from mha.translator.corpus import Corpus, Example, Vocab, generate_corpus, length_probes
+from mha.translator.decoding import Translator, greedy_decode, greedy_margins
+from mha.translator.evaluation import closest_deciding_margin, evaluate, exact_match
+from mha.translator.training import (
+    TrainConfig,
+    TrainResult,
+    build_model,
+    encode_examples,
+    noam_lr,
+    sequence_loss,
+    train,
+)
+
+__all__ = [
+    "CHECKPOINT",
+    "Corpus",
+    "Example",
+    "TrainConfig",
+    "TrainResult",
+    "Translator",
+    "Vocab",
+    "build_model",
+    "closest_deciding_margin",
+    "encode_examples",
+    "evaluate",
+    "exact_match",
+    "generate_corpus",
+    "greedy_decode",
+    "greedy_margins",
+    "length_probes",
+    "load_checkpoint",
+    "load_pretrained",
+    "model_config",
+    "noam_lr",
+    "read_metadata",
+    "save_checkpoint",
+    "sequence_loss",
+    "train",
+]

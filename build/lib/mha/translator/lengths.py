@@ -1,0 +1,394 @@
+"""``python -m mha.translator.lengths``: does the position scheme change length generalisation?
+
+The tiny translator is trained on the length split of
+:func:`~mha.translator.corpus.generate_length_split`: sentences of at most 10 source words
+(one clause, or two short clauses joined by "and"). It is then scored, by whole-sentence
+exact match, on held-out sentences of those same lengths ("has it learned the task?")
+and on two-clause sentences of 11 to 15 words, the same number of each length ("does
+it generalise in length?"). Every position scheme of
+:class:`~mha.transformer.Transformer` (sinusoidal, RoPE, ALiBi) is trained with the same
+recipe and budget for each of five seeds; a seed fixes the split, the initial weights
+and the batch order, so the schemes are compared on the same sentences.
+
+Budget: :class:`~mha.translator.training.TrainConfig`'s defaults with ``steps=1000``
+(:data:`STEPS`) instead of 500. With 500 steps, RoPE reached 0.97 and ALiBi 0.47 on the
+same-length held-out set (seed 0): too early to tell "did not learn" from "does not
+generalise". One torch thread per run, as the defaults say, so that a seed gives the same
+bits every time on one machine.
+
+The results (every run's scores, exact match by length, where the first wrong word
+of each wrong translation is, the training time, a few translations, and the torch
+version and CPU capability they were measured with) go to a JSON file,
+``mha/translator/results/lengths.json`` by default (:data:`RESULTS`); the command then
+prints the table of mean, min and max per scheme. Scores from training differ a little
+from one CPU to another (see :mod:`mha.translator.training`): the file says which CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mha.transformer import POSITIONS
+from mha.translator.corpus import Example, LengthSplit, generate_length_split
+from mha.translator.decoding import Translator
+from mha.translator.training import TrainConfig, train
+
+__all__ = [
+    "RESULTS",
+    "SEEDS",
+    "STEPS",
+    "check_max_len",
+    "first_error",
+    "format_table",
+    "length_config",
+    "main",
+    "run",
+    "run_one",
+    "score_translations",
+    "summarise",
+]
+
+#: Where ``python -m mha.translator.lengths`` writes its results by default.
+RESULTS = Path(__file__).with_name("results") / "lengths.json"
+#: The seeds of the recorded results.
+SEEDS = (0, 1, 2, 3, 4)
+#: Optimizer steps of every run (TrainConfig's default is 500; see the module docstring).
+STEPS = 1000
+# generate_length_split's arguments, spelled out so the file records them.
+SPLIT_SETTINGS: dict[str, Any] = {
+    "num_train": 10000,
+    "num_heldout": 1000,
+    "num_longer": 1000,
+    "max_train_words": 10,
+}
+
+
+def length_config(seed: int, positions: str, steps: int = STEPS) -> TrainConfig:
+    """The recipe of every run: TrainConfig's defaults, ``steps`` optimizer steps."""
+    return replace(TrainConfig(), seed=seed, positions=positions, steps=steps)
+
+
+def check_max_len(config: TrainConfig, split: LengthSplit) -> None:
+    """Refuse a config whose model cannot hold the split's longest sentences.
+
+    The model embeds the source (S words) and the decoder input (``<s>`` and T target
+    words) at positions ``0 .. max_len - 1``, and greedy decoding writes up to
+    ``max_len - 1`` tokens, the last being ``</s>``: so ``max_len`` must be at least
+    S and T + 1 for every sentence.
+
+    Raises
+    ------
+    ValueError
+        Naming ``max_len`` and the sentence that does not fit.
+    """
+    examples = [*split.train, *split.heldout, *split.longer]
+    longest_source = max(examples, key=lambda e: len(e.source))
+    longest_target = max(examples, key=lambda e: len(e.target))
+    need = max(len(longest_source.source), len(longest_target.target) + 1)
+    if config.max_len < need:
+        culprit = longest_source if len(longest_source.source) == need else longest_target
+        raise ValueError(
+            f"max_len={config.max_len} is too short for the split: it needs {need} "
+            f"positions ({len(culprit.source)} source words, {len(culprit.target)} target "
+            f"words + </s>) for {culprit.english!r}"
+        )
+
+
+def first_error(output: Sequence[str], reference: Sequence[str]) -> int | None:
+    """Index of the first target word that ``output`` gets wrong, or None if none is.
+
+    A translation that stops early is wrong at the first missing word; one that goes on
+    is wrong where the reference would have ended (at its ``</s>``).
+    """
+    for k, (got, want) in enumerate(zip(output, reference, strict=False)):
+        if got != want:
+            return k
+    if len(output) == len(reference):
+        return None
+    return min(len(output), len(reference))
+
+
+def score_translations(outputs: Sequence[str], examples: Sequence[Example]) -> dict[str, Any]:
+    """Exact match overall and by source length, and where the wrong ones go wrong.
+
+    Parameters
+    ----------
+    outputs : sequence of str
+        The translations of ``examples``, in order (words joined by spaces).
+    examples : sequence of Example
+
+    Returns
+    -------
+    dict
+        ``"exact_match"``: fraction of exact translations; ``"by_length"``: that fraction
+        among the sentences of each source length (keys are the lengths as strings,
+        JSON's keys); ``"first_error_at"``: for the wrong translations, how many first go
+        wrong at each target word index (string keys, ascending).
+    """
+    if len(outputs) != len(examples) or not examples:
+        raise ValueError(
+            f"outputs and examples must be equally long and not empty, got "
+            f"{len(outputs)} outputs and {len(examples)} examples"
+        )
+    hits: Counter[int] = Counter()
+    totals: Counter[int] = Counter()
+    errors: Counter[int] = Counter()
+    for output, example in zip(outputs, examples, strict=True):
+        size = len(example.source)
+        totals[size] += 1
+        k = first_error(output.split(), example.target)
+        if k is None:
+            hits[size] += 1
+        else:
+            errors[k] += 1
+    return {
+        "exact_match": sum(hits.values()) / len(examples),
+        "by_length": {str(n): hits[n] / totals[n] for n in sorted(totals)},
+        "first_error_at": {str(k): errors[k] for k in sorted(errors)},
+    }
+
+
+def _translate(translator: Translator, examples: Sequence[Example]) -> list[str]:
+    return list(translator.translate([list(e.source) for e in examples]))
+
+
+def run_one(
+    seed: int,
+    positions: str,
+    steps: int = STEPS,
+    split: LengthSplit | None = None,
+    show: Sequence[Example] = (),
+) -> dict[str, Any]:
+    """Train one model on the length split of ``seed`` and score it.
+
+    Parameters
+    ----------
+    seed : int
+        Seeds the split (unless ``split`` is given), the weights and the batch order.
+    positions : str
+        One of :data:`mha.transformer.POSITIONS`.
+    steps : int
+        Optimizer steps.
+    split : LengthSplit, optional
+        Defaults to ``generate_length_split(seed, **SPLIT_SETTINGS)``.
+    show : sequence of Example
+        Sentences whose translations go into the record (``"translations"``).
+
+    Returns
+    -------
+    dict
+        ``positions``, ``seed``, ``heldout`` and ``longer`` (each the output of
+        :func:`score_translations`), ``final_loss``, ``train_seconds``,
+        ``eval_seconds`` and ``translations``.
+    """
+    if split is None:
+        split = generate_length_split(seed, **SPLIT_SETTINGS)
+    config = length_config(seed, positions, steps)
+    check_max_len(config, split)
+    result = train(config, corpus=split)
+    start = time.perf_counter()
+    heldout = score_translations(_translate(result.translator, split.heldout), split.heldout)
+    longer = score_translations(_translate(result.translator, split.longer), split.longer)
+    eval_seconds = time.perf_counter() - start
+    return {
+        "positions": positions,
+        "seed": seed,
+        "heldout": heldout,
+        "longer": longer,
+        "final_loss": result.losses[-1],
+        "train_seconds": round(result.seconds, 2),
+        "eval_seconds": round(eval_seconds, 2),
+        "translations": _translate(result.translator, show) if show else [],
+    }
+
+
+def run(
+    schemes: Sequence[str] = POSITIONS,
+    seeds: Sequence[int] = SEEDS,
+    steps: int = STEPS,
+    log: Any = None,
+) -> dict[str, Any]:
+    """Every scheme with every seed; the whole results document (see :data:`RESULTS`).
+
+    Parameters
+    ----------
+    schemes : sequence of str
+        Position schemes, from :data:`mha.transformer.POSITIONS`.
+    seeds : sequence of int
+    steps : int
+    log : file, optional
+        Gets one line per finished run.
+
+    Returns
+    -------
+    dict
+        ``train_config`` (seed and positions vary per run), ``split`` (settings and
+        sizes), ``environment`` (torch version, CPU capability, threads),
+        ``runs`` (one record of :func:`run_one` each, the translations left out),
+        ``examples`` (the first longer sentence of each length with every scheme's
+        translation, from the first seed).
+    """
+    bad = [s for s in schemes if s not in POSITIONS]
+    if bad or not schemes:
+        raise ValueError(f"schemes must be some of {POSITIONS}, got {list(schemes)}")
+    if not seeds:
+        raise ValueError("seeds is empty; give at least one seed")
+    runs = []
+    examples: list[dict[str, Any]] = []
+    max_target = 0
+    for seed in seeds:
+        split = generate_length_split(seed, **SPLIT_SETTINGS)
+        max_target = max(max_target, *(len(e.target) for e in split.train))
+        per_length = len(split.longer) // len(split.longer_lengths)
+        show = split.longer[::per_length] if seed == seeds[0] else []
+        if show:
+            examples = [{"english": e.english, "reference": e.spanish, "outputs": {}} for e in show]
+        for positions in schemes:
+            record = run_one(seed, positions, steps, split, show)
+            translations = record.pop("translations")
+            if show:
+                for example, output in zip(examples, translations, strict=True):
+                    example["outputs"][positions] = output
+            runs.append(record)
+            if log is not None:
+                print(
+                    f"{positions:<10} seed {seed}: held-out {record['heldout']['exact_match']:.3f}"
+                    f", longer {record['longer']['exact_match']:.3f}"
+                    f" ({record['train_seconds']:.1f} s training)",
+                    file=log,
+                    flush=True,
+                )
+    config = asdict(length_config(seeds[0], schemes[0], steps))
+    config["seed"] = config["positions"] = None  # per run
+    for name in ("num_train", "num_heldout", "num_compositional"):
+        del config[name]  # the corpus is the split: its sizes are under "split"
+    return {
+        "description": (
+            "Exact match of the tiny translator on same-length held-out sentences and on "
+            "longer ones, per position scheme and seed (python -m mha.translator.lengths)."
+        ),
+        "train_config": config,
+        "split": {
+            **SPLIT_SETTINGS,
+            "longer_lengths": split.longer_lengths,
+            "longer_per_length": per_length,
+            "max_train_target_words": max_target,  # over every seed's split
+        },
+        "environment": {
+            "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "num_threads": config["num_threads"],
+            "python": platform.python_version(),
+        },
+        "runs": runs,
+        "examples": examples,
+    }
+
+
+def summarise(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """Mean, min and max over seeds of every scheme's scores.
+
+    Returns
+    -------
+    dict
+        ``{scheme: {measure: (mean, min, max)}}`` where the measures are ``"heldout"``,
+        ``"longer"`` and one per longer source length (``"11"``, ``"12"``, ...). Schemes
+        in the order of their first run.
+    """
+    scores: dict[str, dict[str, list[float]]] = {}
+    for record in results["runs"]:
+        row = scores.setdefault(record["positions"], {})
+        row.setdefault("heldout", []).append(record["heldout"]["exact_match"])
+        row.setdefault("longer", []).append(record["longer"]["exact_match"])
+        for size, value in record["longer"]["by_length"].items():
+            row.setdefault(size, []).append(value)
+    return {
+        scheme: {m: (statistics.fmean(v), min(v), max(v)) for m, v in row.items()}
+        for scheme, row in scores.items()
+    }
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The summary as text: mean, min and max per scheme, then the mean by length.
+
+    Lines stay under 76 characters (the book's code box).
+    """
+    summary = summarise(results)
+    lengths = [str(n) for n in results["split"]["longer_lengths"]]
+    seeds = sorted({r["seed"] for r in results["runs"]})
+    same = f"same length (<= {results['split']['max_train_words']} words)"
+    longer = f"longer ({lengths[0]}-{lengths[-1]} words)"
+    lines = [
+        f"exact match over {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
+        f"{results['train_config']['steps']} steps each",
+        f"{'':<12}{same:<27}{longer}",
+        f"{'positions':<12}{' mean   min   max':<27} mean   min   max",
+    ]
+    for scheme, row in summary.items():
+        cells = [" ".join(f"{x:.3f}" for x in row[m]) for m in ("heldout", "longer")]
+        lines.append(f"{scheme:<12}{cells[0]:<27}{cells[1]}")
+    lines += ["", "longer, mean exact match by source length (words):"]
+    lines.append(f"{'positions':<12}" + "".join(f"{n:>7}" for n in lengths))
+    for scheme, row in summary.items():
+        lines.append(f"{scheme:<12}" + "".join(f"{row[n][0]:>7.3f}" for n in lengths))
+    return "\n".join(lines)
+
+
+def _comma_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list: {text!r}")
+    return items
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _comma_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of seeds: {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: run, write the results file, print the table."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mha.translator.lengths", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--positions",
+        type=_comma_list,
+        default=list(POSITIONS),
+        help=f"comma-separated schemes (default {','.join(POSITIONS)})",
+    )
+    parser.add_argument(
+        "--seeds", type=_seed_list, default=list(SEEDS), help="comma-separated (default 0-4)"
+    )
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"default {STEPS}")
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS, help=f"results file (default {RESULTS})"
+    )
+    args = parser.parse_args(argv)
+    bad = [p for p in args.positions if p not in POSITIONS]
+    if bad:
+        parser.error(f"--positions: {bad} not among {list(POSITIONS)}")
+    results = run(args.positions, args.seeds, args.steps, log=sys.stdout)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {args.output}\n")
+    print(format_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
