@@ -31,7 +31,7 @@ from mha.translator import (
     read_metadata,
     save_checkpoint,
 )
-from mha.translator.corpus import FIXED_PHRASES
+from mha.translator.grammar import FIXED_PHRASES
 
 BOS, EOS = Vocab.bos_id, Vocab.eos_id
 
@@ -391,8 +391,7 @@ def test_attention_maps_have_one_panel_per_head(translator):
 def test_closest_deciding_margin_looks_only_at_the_choices_that_decide(translator):
     """For each sentence alone: the margins of the steps up to and including the first
     one where the translation leaves the reference (all of them if it never does)."""
-    from mha.translator import closest_deciding_margin
-    from mha.translator.corpus import Example
+    from mha.translator import Example, closest_deciding_margin
 
     right = ["the black cats sleep", "thank you", "a girl sees the old wolves"]
     examples = [Example(tuple(s.split()), tuple(translator.translate(s).split()), "test")

@@ -1,5 +1,6 @@
-"""Length generalisation: the length split, the pieces of ``python -m mha.translator.lengths``,
-the committed results file, and (slow) one run of it re-done on this machine."""
+"""Length generalisation: the length probes, the length split, the pieces of
+``python -m mha.translator.lengths``, the committed results file, and (slow) one run of it
+re-done on this machine."""
 
 from __future__ import annotations
 
@@ -12,15 +13,10 @@ from dataclasses import asdict
 import pytest
 
 from mha.transformer import POSITIONS
-from mha.translator import TrainConfig, train
-from mha.translator.corpus import (
-    MAX_SPLIT_WORDS,
-    LengthSplit,
-    _join_clauses,
-    generate_length_split,
-    make_example,
-)
-from mha.translator.corpus import NounPhrase as NP
+from mha.translator import TrainConfig, generate_corpus, length_probes, train
+from mha.translator.grammar import NounPhrase as NP
+from mha.translator.grammar import make_example
+from mha.translator.length_split import MAX_SPLIT_WORDS, LengthSplit, generate_length_split
 from mha.translator.lengths import (
     RESULTS,
     SEEDS,
@@ -53,6 +49,29 @@ def results():
 
 def sources(examples):
     return [e.source for e in examples]
+
+
+# ============================================================== the probes
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return generate_corpus(seed=0)
+
+
+def test_length_probes_use_constructions_absent_from_training(corpus):
+    probes = length_probes(seed=0, num=50, exclude=corpus)
+    trained = {e.source for e in corpus.train}  # (train is the imported function)
+    assert set(probes) == {"one more adjective", "two clauses"}
+    for ex in probes["one more adjective"]:
+        assert ex.kind == "two_adjectives" and ex.source not in trained
+        assert not corpus.is_compositional(ex)
+    for ex in probes["two clauses"]:
+        assert ex.kind == "two_clauses" and ex.source.count("and") == 1
+    assert all(e.kind != "two_adjectives" and e.kind != "two_clauses" for e in corpus.train)
+    # Two adjectives: Spanish lists them after the noun in mirror order.
+    ex = make_example(NP("the", "cat", False, ("small", "black")), "sleeps")
+    assert ex.spanish == "el gato negro pequeño duerme"
 
 
 # ============================================================== the split
@@ -100,15 +119,6 @@ def test_longer_sentences_use_only_constructions_seen_in_training(split):
     for e in split.longer[:50]:  # and the vocabularies encode them
         split.src_vocab.encode(e.source)
         split.tgt_vocab.encode(e.target)
-
-
-def test_two_clauses_are_joined_as_make_example_joins_them():
-    """The split's join of two ready clauses equals make_example's ``then=`` path."""
-    second = make_example(NP("the", "dog", True), "runs", second_verb="eats")
-    parts = (NP("a", "cow", False, ("old",)), "sees", NP("my", "bee", True))
-    joined = _join_clauses(make_example(*parts), second)
-    assert joined == make_example(*parts, then=second)
-    assert joined.spanish == "una vaca vieja ve a mis abejas y los perros corren y comen"
 
 
 def test_two_clause_translations_join_with_y(split):

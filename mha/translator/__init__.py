@@ -3,13 +3,21 @@
 It sits on top of the rest of :mod:`mha` (it uses :class:`mha.transformer.Transformer`)
 and has one module per job:
 
-* :mod:`~mha.translator.corpus`: the generated English -> Spanish corpus and its
-  vocabularies (no download);
+* :mod:`~mha.translator.lexicon`: the words, with their Spanish forms;
+* :mod:`~mha.translator.grammar`: noun phrases, sentences and fixed phrases
+  (:class:`Example`), and the random sentence sampler;
+* :mod:`~mha.translator.vocab`: words <-> ids (:class:`Vocab`) and ``tokenize``;
+* :mod:`~mha.translator.corpus`: the generated English -> Spanish corpus (no download),
+  its train, held-out and compositional splits (:func:`generate_corpus`);
+* :mod:`~mha.translator.length_split`: sentences longer than training
+  (:func:`length_probes`), and the corpus split by length;
 * :mod:`~mha.translator.training`: the recipe, :class:`TrainConfig`, and :func:`train`;
 * :mod:`~mha.translator.decoding`: greedy decoding and the :class:`Translator`;
 * :mod:`~mha.translator.evaluation`: whole-sentence exact match on the splits;
 * :mod:`~mha.translator.checkpoint`: pickle-free ``.npz`` checkpoints, and the one
   shipped with the book (:func:`load_pretrained`).
+* :mod:`~mha.translator.lengths`: ``python -m mha.translator.lengths``, the
+  length-generalisation experiment of each position scheme on the length split.
 
 ``python -m mha.translator`` trains one from scratch and prints its scores.
 The names below are the ones the chapters use, e.g. ``mha.translator.train(config)``.
@@ -23,9 +31,11 @@ from mha.translator.checkpoint import (
     read_metadata,
     save_checkpoint,
 )
-from mha.translator.corpus import Corpus, Example, Vocab, generate_corpus, length_probes
+from mha.translator.corpus import Corpus, generate_corpus
 from mha.translator.decoding import Translator, greedy_decode, greedy_margins
 from mha.translator.evaluation import closest_deciding_margin, evaluate, exact_match
+from mha.translator.grammar import Example
+from mha.translator.length_split import length_probes
 from mha.translator.training import (
     TrainConfig,
     TrainResult,
@@ -35,6 +45,7 @@ from mha.translator.training import (
     sequence_loss,
     train,
 )
+from mha.translator.vocab import Vocab
 
 __all__ = [
     "CHECKPOINT",

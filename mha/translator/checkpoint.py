@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from mha.transformer import Transformer
-from mha.translator.corpus import Vocab
 from mha.translator.decoding import Translator
+from mha.translator.vocab import Vocab
 
 __all__ = [
     "CHECKPOINT",

@@ -11,7 +11,8 @@ from torch import Tensor
 
 from mha.threads import num_threads
 from mha.transformer import AttentionMaps, Transformer
-from mha.translator.corpus import FIXED_PHRASES, Vocab, tokenize
+from mha.translator.grammar import FIXED_PHRASES
+from mha.translator.vocab import Vocab, tokenize
 
 __all__ = ["Translator", "greedy_decode", "greedy_margins"]
 

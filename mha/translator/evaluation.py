@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 
 from mha.threads import num_threads
-from mha.translator.corpus import Corpus, Example
+from mha.translator.corpus import Corpus
 from mha.translator.decoding import Translator, _pad, greedy_decode, greedy_margins
+from mha.translator.grammar import Example
 
 __all__ = ["closest_deciding_margin", "evaluate", "exact_match"]
 

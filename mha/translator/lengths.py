@@ -1,11 +1,11 @@
 """``python -m mha.translator.lengths``: does the position scheme change length generalisation?
 
 The tiny translator is trained on the length split of
-:func:`~mha.translator.corpus.generate_length_split`: sentences of at most 10 source words
-(one clause, or two short clauses joined by "and"). It is then scored, by whole-sentence
-exact match, on held-out sentences of those same lengths ("has it learned the task?")
-and on two-clause sentences of 11 to 15 words, the same number of each length ("does
-it generalise in length?"). Every position scheme of
+:func:`~mha.translator.length_split.generate_length_split`: sentences of at most 10
+source words (one clause, or two short clauses joined by "and"). It is then scored, by
+whole-sentence exact match, on held-out sentences of those same lengths ("has it
+learned the task?") and on two-clause sentences of 11 to 15 words, the same number of
+each length ("does it generalise in length?"). Every position scheme of
 :class:`~mha.transformer.Transformer` (sinusoidal, RoPE, ALiBi) is trained with the same
 recipe and budget for each of five seeds; a seed fixes the split, the initial weights
 and the batch order, so the schemes are compared on the same sentences.
@@ -41,8 +41,9 @@ from typing import Any
 import torch
 
 from mha.transformer import POSITIONS
-from mha.translator.corpus import Example, LengthSplit, generate_length_split
 from mha.translator.decoding import Translator
+from mha.translator.grammar import Example
+from mha.translator.length_split import LengthSplit, generate_length_split
 from mha.translator.training import TrainConfig, train
 
 __all__ = [

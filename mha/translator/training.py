@@ -27,8 +27,10 @@ from torch import Tensor, nn
 
 from mha.threads import num_threads
 from mha.transformer import Transformer
-from mha.translator.corpus import Corpus, Example, Vocab, generate_corpus
+from mha.translator.corpus import Corpus, generate_corpus
 from mha.translator.decoding import Translator
+from mha.translator.grammar import Example
+from mha.translator.vocab import Vocab
 
 __all__ = [
     "TrainConfig",
