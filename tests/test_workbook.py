@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
-import re
+from pathlib import Path
 
 import jupytext
 import nbformat
@@ -39,20 +40,46 @@ def solutions(name: str) -> tuple[list, list[str]]:
     return code, outside
 
 
-@pytest.fixture(scope="module")
-def workbooks() -> dict:
-    return {name: workbook.build(name) for name in CHAPTERS}
+@functools.cache
+def built(name: str) -> nbformat.NotebookNode:
+    """The chapter's workbook, built once (a chapter that cannot be built fails only
+    its own tests)."""
+    return workbook.build(name)
+
+
+def solution_header(cell) -> tuple[ast.FunctionDef, list[str]]:
+    """The function a checked solution cell defines under its checker's name, and the
+    lines of its ``def`` up to its body, found here from the syntax tree alone."""
+    source, check = cell_source(cell), cell.metadata["workbook"]["check"]
+    function = next(node for node in ast.parse(source).body
+                    if isinstance(node, ast.FunctionDef) and node.name == check)
+    lines = source.splitlines()[function.lineno - 1:function.body[0].lineno - 1]
+    return function, lines
+
+
+def _interface(function: ast.FunctionDef) -> tuple[str, str, str]:
+    """A function's name, parameters and return annotation, without their layout."""
+    returns = "" if function.returns is None else ast.dump(function.returns)
+    return function.name, ast.dump(function.args), returns
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
-def test_workbook_holds_no_solution_code(workbooks, name):
+def test_every_check_names_a_function_its_solution_defines(name):
+    try:
+        built(name)
+    except ValueError as error:  # names the chapter, the exercise and the check
+        pytest.fail(str(error))
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_workbook_holds_no_solution_code(name):
     code, outside = solutions(name)
-    text = "\n".join(cell_source(c) for c in workbooks[name].cells)
+    text = "\n".join(cell_source(c) for c in built(name).cells)
     lines = {line.strip() for line in text.splitlines()}
-    stubs = {  # the signature is given away on purpose
+    stubs = {  # the signature is given away on purpose, and nothing below it
         line.strip()
         for cell in code if "workbook" in cell.get("metadata", {})
-        for line in cell.metadata["workbook"]["stub"].splitlines()
+        for line in solution_header(cell)[1]
     }
     leaked = [
         line.strip()
@@ -67,14 +94,18 @@ def test_workbook_holds_no_solution_code(workbooks, name):
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
-def test_every_code_checked_exercise_has_a_stub_that_is_not_implemented(workbooks, name):
+def test_every_code_checked_exercise_has_a_stub_that_is_not_implemented(name):
     code, _ = solutions(name)
-    specs = [c.metadata["workbook"] for c in code if "workbook" in c.get("metadata", {})]
-    stubs = [c for c in workbooks[name].cells if "raise NotImplementedError" in c.source]
-    assert len(stubs) == len(specs)
-    for spec, stub in zip(specs, stubs, strict=True):
+    checked = [c for c in code if "workbook" in c.get("metadata", {})]
+    stubs = [c for c in built(name).cells if "raise NotImplementedError" in c.source]
+    assert len(stubs) == len(checked)
+    for cell, stub in zip(checked, stubs, strict=True):
         assert stub.source.startswith("from mha import exercises")
-        assert spec["stub"] in stub.source
+        # The solution's signature, as the chapter writes it, and the same parameters.
+        solution, header = solution_header(cell)
+        assert "\n".join(header) + "\n    raise NotImplementedError(" in stub.source
+        given = next(n for n in ast.parse(stub.source).body if isinstance(n, ast.FunctionDef))
+        assert _interface(given) == _interface(solution)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(stub.source, {"np": np})  # noqa: S102 - our own generated stub
@@ -82,8 +113,8 @@ def test_every_code_checked_exercise_has_a_stub_that_is_not_implemented(workbook
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
-def test_exercises_are_numbered_as_on_the_site(workbooks, name):
-    text = "\n".join(c.source for c in workbooks[name].cells if c.cell_type == "markdown")
+def test_exercises_are_numbered_as_on_the_site(name):
+    text = "\n".join(c.source for c in built(name).cells if c.cell_type == "markdown")
     number = workbook.chapter_number(name)
     count = text.count(f"**Exercise {number}.")
     assert count >= 1 and "```{exercise}" not in text
@@ -112,9 +143,69 @@ def test_same_chapter_gives_the_same_workbook():
     assert nbformat.writes(workbook.build(name)) == nbformat.writes(workbook.build(name))
 
 
-def test_a_stub_needs_a_function_signature():
-    with pytest.raises(ValueError, match="must start with 'def name\\('"):
-        workbook.stub_source("softmax", "softmax(x)")
+def test_a_stub_is_the_checked_functions_signature_as_written():
+    """Helpers beside or inside the checked function stay out; a signature over several
+    lines, with a comment, annotations and colons in its defaults, is copied whole."""
+    solution = (
+        "from mha import exercises\n\n\n"
+        "def helper(a):\n    return a\n\n\n"
+        "def causal_mask(size: int,  # rows: and columns\n"
+        '                fill: dict[str, int] = {"a": 1},\n'
+        '                key=lambda v: v[1:]) -> "np.ndarray":\n'
+        '    """Lower triangle."""\n'
+        "    def inner(b):\n        return b\n\n"
+        "    return helper(inner(size))\n\n\n"
+        'exercises.check("causal_mask", causal_mask)'
+    )
+    assert workbook.stub_source("causal_mask", solution) == (
+        "from mha import exercises\n\n\n"
+        "def causal_mask(size: int,  # rows: and columns\n"
+        '                fill: dict[str, int] = {"a": 1},\n'
+        '                key=lambda v: v[1:]) -> "np.ndarray":\n'
+        '    raise NotImplementedError("write your solution here")\n\n\n'
+        'exercises.check("causal_mask", causal_mask)'
+    )
+    one_line = "def softmax(x, axis=-1): return x\n"
+    assert "def softmax(x, axis=-1):\n    raise" in workbook.stub_source("softmax", one_line)
+
+
+def _chapter(folder: Path, solution_code: str) -> str:
+    """A chapter of two exercises whose second one's solution cell is checked by
+    ``causal_mask``; returns its name."""
+    name = "01_tiny"
+    (folder / f"{name}.md").write_text(
+        "---\njupytext:\n  text_representation:\n    extension: .md\n"
+        "    format_name: myst\n    format_version: 0.13\n---\n\n"
+        "```{exercise}\n:label: ex-first\n\n*Explain why.* One.\n```\n\n"
+        "```{exercise}\n:label: ex-mask\n\n*Implement.* Two.\n```\n\n+++\n\n"
+        "```{solution-start} ex-mask\n:class: dropdown\n```\n\n"
+        "```{code-cell} ipython3\n---\nworkbook:\n  check: causal_mask\n---\n"
+        f"{solution_code}\n```\n\n+++\n\n```{{solution-end}}\n```\n"
+    )
+    return name
+
+
+NEEDS = ("`check: causal_mask` needs one top-level `def causal_mask(` in the solution "
+         "cell (the learner's function takes the checker's name), ")
+
+
+@pytest.mark.parametrize(("code", "why"), [
+    ("def my_mask(size):\n    return size", NEEDS + "found 0; functions defined: my_mask"),
+    ("def helper(a):\n    def causal_mask(s):\n        return s\n    return a",
+     NEEDS + "found 0; functions defined: helper"),  # nested: not the learner's function
+    ("if True:\n    def causal_mask(size):\n        return size",
+     NEEDS + "found 0; functions defined: none"),
+    ("def causal_mask(size):\n    return 1\n\n\ndef causal_mask(size):\n    return 2",
+     NEEDS + "found 2; functions defined: causal_mask, causal_mask"),
+    ("%time causal_mask = None", "invalid syntax (<unknown>, line 1)"),  # a magic
+])
+def test_a_check_without_its_function_names_the_chapter_and_exercise(tmp_path, code, why):
+    name = _chapter(tmp_path, code)
+    with pytest.raises(ValueError) as error:
+        workbook.build(name, tmp_path)
+    assert str(error.value) == f"{name}, exercise 1.2 (ex-mask): {why}"
+    fixed = _chapter(tmp_path, "def causal_mask(size):\n    return size")
+    assert "def causal_mask(size):\n    raise" in workbook.build(fixed, tmp_path).cells[-1].source
 
 
 # --- the workbook runs top to bottom ----------------------------------------------------
@@ -181,7 +272,7 @@ def names_needed_from_solutions(cells) -> list[str]:
         spec = cell.get("metadata", {}).get("workbook")
         if inside and spec:  # the stub that replaces this cell defines these
             binder["exercises"] = "kept"
-            binder[re.match(r"def (\w+)", spec["stub"]).group(1)] = "kept"
+            binder[spec["check"]] = "kept"
     return problems
 
 
@@ -202,9 +293,9 @@ def test_the_dependency_check_sees_a_name_only_a_solution_defines():
         code("import numpy as np\nx = np.ones(3)"),
         marker("solution-start"),
         code("answer = x.sum()\ndef helper(a):\n    return a"),
-        code("def f(v):\n    return v", workbook={"check": "softmax", "stub": "def f(v):"}),
+        code("def softmax(v):\n    return v", workbook={"check": "softmax"}),
         marker("solution-end"),
-        code("print(answer, helper(x), f(x))"),  # answer and helper are gone
+        code("print(answer, helper(x), softmax(x))"),  # answer and helper are gone
         code("def g(answer):\n    return answer + x"),  # a parameter: fine
         code("answer = 2\nprint(answer)"),  # bound again before use: fine
     ]
@@ -212,12 +303,12 @@ def test_the_dependency_check_sees_a_name_only_a_solution_defines():
 
 
 @pytest.mark.slow
-def test_a_workbook_runs_top_to_bottom_before_anything_is_solved(workbooks):
+def test_a_workbook_runs_top_to_bottom_before_anything_is_solved():
     """End to end, on the quickest chapter: with every stub unsolved, the workbook runs
     without an error escaping, and each stub says it is not implemented yet."""
     from nbclient import NotebookClient
 
-    nb = workbooks[CHAPTERS[0]]
+    nb = workbook.build(CHAPTERS[0])  # a copy of its own: executing fills its outputs
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3",
         resources={"metadata": {"path": str(ROOT / "book" / "notebooks")}},

@@ -11,8 +11,14 @@ writes ``workbook/NN_slug.ipynb`` for each chapter (the gallery aside):
   ``mha.exercises.check`` that tells the learner what is still wrong.
 
 An exercise is checked by code when its solution holds a code cell with
-``workbook: {check: NAME, stub: "def f(...):"}`` in its metadata: the one place where
-the chapter declares the checker and the stub's signature.
+``workbook: {check: NAME}`` in its metadata, ``NAME`` being the checker in
+``mha.exercises``. The stub's signature is not written twice: it is the ``def`` line(s)
+of the solution's own function, copied as written (a signature over several lines
+stays so). That function is the one the cell defines at top level under the checker's
+own name (one name per idea: the learner writes ``causal_mask`` for the checker
+``causal_mask``); the cell's other functions, top-level helpers or nested ones, are part
+of the answer and stay out of the stub. A cell that defines no function of that name,
+or two, stops the build with an error naming the chapter and the exercise.
 
 A workbook that already exists is the learner's work: it is kept unless ``--refresh``
 (``make workbook REFRESH=1``) is given, and then the old file is first copied to
@@ -22,9 +28,12 @@ A workbook that already exists is the learner's work: it is kept unless ``--refr
 from __future__ import annotations
 
 import argparse
+import ast
+import io
 import re
 import shutil
 import sys
+import tokenize
 from pathlib import Path
 
 import jupytext
@@ -36,6 +45,7 @@ OUT = ROOT / "workbook"
 
 _EXERCISE = re.compile(r"```\{exercise\}[^\n]*\n(?P<body>.*?)\n```", re.S)
 _OPTION = re.compile(r"^:(\w+):.*$", re.M)
+_LABEL = re.compile(r"^:label:\s*(\S+)", re.M)
 
 
 def _is_marker(cell, name: str) -> bool:
@@ -48,27 +58,61 @@ def chapter_number(name: str) -> int:
     return int(name.split("_", 1)[0])
 
 
-def _exercise_markdown(source: str, number: int, counter: list[int]) -> str:
-    """Turn each ``{exercise}`` block into plain Markdown a notebook can show."""
+def _exercise_markdown(source: str, number: int, labels: dict[str, str]) -> str:
+    """Turn each ``{exercise}`` block into plain Markdown a notebook can show; record
+    each one's number as on the site ("4.2") under its label (or ``#2`` without one)."""
 
     def replace(match: re.Match) -> str:
-        counter[0] += 1
+        shown = f"{number}.{len(labels) + 1}"
+        label = _LABEL.search(match.group("body"))
+        labels[label.group(1) if label else f"#{len(labels) + 1}"] = shown
         body = _OPTION.sub("", match.group("body")).strip()
-        return f"**Exercise {number}.{counter[0]}.** {body}"
+        return f"**Exercise {shown}.** {body}"
 
     return _EXERCISE.sub(replace, source)
 
 
-def stub_source(check: str, stub: str) -> str:
-    """The cell that replaces a code-checked solution."""
-    function = re.match(r"def\s+(\w+)\s*\(", stub)
-    if function is None:
-        raise ValueError(f"workbook stub must start with 'def name(', got {stub!r}")
+def checked_function(source: str, check: str) -> ast.FunctionDef:
+    """The function of a solution cell that the checker ``check`` checks: the one
+    top-level ``def`` of that name (helpers beside it or inside it are not it)."""
+    defined = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+    found = [node for node in defined if node.name == check]
+    if len(found) != 1:
+        names = ", ".join(node.name for node in defined) or "none"
+        raise ValueError(
+            f"`check: {check}` needs one top-level `def {check}(` in the solution cell "
+            f"(the learner's function takes the checker's name), found {len(found)}; "
+            f"functions defined: {names}"
+        )
+    return found[0]
+
+
+def signature(source: str, function: ast.FunctionDef) -> str:
+    """The ``def`` of ``function`` up to its colon, as ``source`` writes it (on one
+    line or several, comments inside the parentheses kept)."""
+    lines = source.splitlines(keepends=True)[function.lineno - 1:]
+    depth = 0
+    for token in tokenize.generate_tokens(io.StringIO("".join(lines)).readline):
+        if token.type != tokenize.OP:
+            continue
+        if token.string in {"(", "[", "{"}:
+            depth += 1
+        elif token.string in {")", "]", "}"}:
+            depth -= 1
+        elif token.string == ":" and depth == 0:  # the colon that opens the body
+            row, column = token.end
+            return "".join(lines[:row - 1]) + lines[row - 1][:column]
+    raise ValueError(f"no end to the signature of {function.name}()")
+
+
+def stub_source(check: str, source: str) -> str:
+    """The cell that replaces the solution cell ``source`` checked by ``check``."""
+    function = checked_function(source, check)
     return (
         "from mha import exercises\n\n\n"
-        f"{stub}\n"
+        f"{signature(source, function)}\n"
         '    raise NotImplementedError("write your solution here")\n\n\n'
-        f'exercises.check("{check}", {function.group(1)})'
+        f'exercises.check("{check}", {function.name})'
     )
 
 
@@ -76,25 +120,31 @@ def build(name: str, chapters: Path = CHAPTERS):
     """The workbook notebook of chapter ``name`` (not written to disk)."""
     source = jupytext.read(chapters / f"{name}.md")
     number = chapter_number(name)
-    counter = [0]
+    labels: dict[str, str] = {}  # exercise label -> its number on the site
     cells = []
     solution: list = []
-    inside = False
+    inside, label = False, ""
     for cell in source.cells:
         if _is_marker(cell, "solution-start"):
             inside, solution = True, []
+            label = cell_source(cell).split("}", 1)[1].split("\n", 1)[0].strip()
             continue
         if _is_marker(cell, "solution-end"):
             inside = False
             for code in solution:
                 spec = code.get("metadata", {}).get("workbook")
-                if spec:
-                    stub = stub_source(spec["check"], spec["stub"])
-                    cells.append(nbformat.v4.new_code_cell(stub))
+                if not spec:
+                    continue
+                try:
+                    stub = stub_source(spec["check"], cell_source(code))
+                except (ValueError, SyntaxError) as error:
+                    exercise = f"exercise {labels.get(label, '?')} ({label})"
+                    raise ValueError(f"{name}, {exercise}: {error}") from error
+                cells.append(nbformat.v4.new_code_cell(stub))
             # The marker's cell may go on with the chapter (the next exercise, say).
             rest = cell_source(cell).lstrip().split("```", 2)[-1].strip()
             if rest:
-                text = _exercise_markdown(rest, number, counter)
+                text = _exercise_markdown(rest, number, labels)
                 cells.append(nbformat.v4.new_markdown_cell(text))
             continue
         if inside:
@@ -102,7 +152,7 @@ def build(name: str, chapters: Path = CHAPTERS):
                 solution.append(cell)
             continue
         if cell["cell_type"] == "markdown":
-            text = _exercise_markdown(cell_source(cell), number, counter)
+            text = _exercise_markdown(cell_source(cell), number, labels)
             cells.append(nbformat.v4.new_markdown_cell(text))
         else:
             metadata = {k: v for k, v in cell.get("metadata", {}).items() if k == "tags"}
