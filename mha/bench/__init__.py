@@ -21,7 +21,13 @@ This is a benchmark, not a test: it prints, it never fails on a slow machine. Th
 below are the ones the chapters and tests use, e.g. ``bench.measure_sdpa``.
 """
 
-from mha.bench.attention import bench_rows, measure, per_head_loop, sdpa_reference
+from mha.bench.attention import (
+    bench_rows,
+    measure,
+    measure_targets,
+    per_head_loop,
+    sdpa_reference,
+)
 from mha.bench.cli import main, parse_args, sdpa_section
 from mha.bench.config import (
     BASELINE,
@@ -124,6 +130,7 @@ __all__ = [
     "gemm_flops",
     "main",
     "measure",
+    "measure_targets",
     "measure_ceiling",
     "measure_decode",
     "measure_sdpa",

@@ -16,17 +16,19 @@ from torch import Tensor
 
 from mha.attention import multi_head_attention
 from mha.bench.config import (
+    BASELINE,
     MATMUL,
     NUMPY,
     OURS_FAST,
     OURS_WEIGHTS,
     PER_HEAD,
     SDPA_REF,
+    TARGETS,
     TORCH_FAST,
     TORCH_WEIGHTS,
     Config,
 )
-from mha.bench.timing import time_rows
+from mha.bench.timing import time_pair, time_rows
 from mha.convert import module_to_torch, params_from_module
 from mha.modules import MultiHeadAttention
 
@@ -94,3 +96,20 @@ def measure(config: Config) -> dict[str, list[float]]:
     rows = bench_rows(config)
     with torch.no_grad():
         return time_rows(rows, config.repeats, config.warmup)
+
+
+def measure_targets(config: Config) -> dict[str, list[float]]:
+    """For each target row, its time over its baseline's, one ratio per pair of calls.
+
+    The two rows of a target run alone, taking turns, ``3 * repeats`` pairs: in the
+    round robin of :func:`measure` the other rows' large tensors come and go between
+    them, and each call's time then varies by a third, far more than the few percent a
+    target is about.
+    """
+    rows = bench_rows(config)
+    with torch.no_grad():
+        return {
+            label: time_pair(rows[label], rows[BASELINE[label]], 3 * config.repeats,
+                             config.warmup)  # fmt: skip
+            for label, _ in TARGETS
+        }

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from mha.bench.attention import measure
+from mha.bench.attention import measure, measure_targets
 from mha.bench.config import (
     CEILING_REPEATS,
     CEILING_SIZES,
@@ -131,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         ceiling = measure_ceiling(config.ceiling_sizes, config.ceiling_repeats)
         times = measure(config)
-        print(format_table(config, times, ceiling, parse_cpuinfo(read_cpuinfo())))
+        targets = measure_targets(config)
+        print(format_table(config, times, ceiling, parse_cpuinfo(read_cpuinfo()), targets))
         print("\n" + sdpa_section(config))
         print()
         rows = measure_decode(config.decode_tokens, config.decode_batch, config.decode_repeats)
