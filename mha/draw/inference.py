@@ -43,6 +43,15 @@ def _rows_tinted(x: np.ndarray, h: int, new: Sequence[int], title: str, col_name
                 row_labels=labels, row_name=row_name)
 
 
+def _one_sequence(x: Any) -> np.ndarray:
+    """``x`` as a ``(1, T, D)`` array: the figures draw one sequence."""
+    x = to_numpy(x, "x")
+    check_ndim_one_of(x, (3,), "x", "(1, T, D)")
+    if x.shape[0] != 1:
+        raise ValueError(f"x must hold one sequence, shape (1, T, D), got shape {x.shape}")
+    return x
+
+
 def kv_cache_figure(
     x: Any,
     params: AttentionParams,
@@ -96,10 +105,7 @@ def kv_cache_figure(
         wrong length, or the arguments do not fit (as in
         :func:`mha.multi_head_attention`).
     """
-    x = to_numpy(x, "x")
-    check_ndim_one_of(x, (3,), "x", "(1, T, D)")
-    if x.shape[0] != 1:
-        raise ValueError(f"x must hold one sequence, shape (1, T, D), got shape {x.shape}")
+    x = _one_sequence(x)
     t_len = x.shape[1]
     h = check_index(head, num_heads, "head", "H")
     kv = int(kv_head_index(num_heads, params.num_kv_heads(num_heads))[h])
@@ -189,10 +195,7 @@ def grouped_heads_figure(
         If ``x`` is not ``(1, T, D)``, ``tokens`` has the wrong length, or the
         arguments do not fit.
     """
-    x = to_numpy(x, "x")
-    check_ndim_one_of(x, (3,), "x", "(1, T, D)")
-    if x.shape[0] != 1:
-        raise ValueError(f"x must hold one sequence, shape (1, T, D), got shape {x.shape}")
+    x = _one_sequence(x)
     t_len = x.shape[1]
     labels = check_labels(tokens, t_len, "tokens", "T")
     num_kv = params.num_kv_heads(num_heads)
