@@ -2,7 +2,8 @@
 
 Used by ``tests/test_site.py``. A page passes when it makes no request outside the
 local server, no request fails, the console stays free of errors, every image has
-loaded and has alt text, and MathJax has typeset every formula (no raw ``\\(`` left).
+loaded and has alt text, MathJax has typeset every formula (no raw ``\\(`` left), no
+link's text is raw LaTeX and no parentheses are doubled.
 """
 
 from __future__ import annotations
@@ -78,10 +79,16 @@ async () => {
   const untypeset = math.filter(el => !el.querySelector('mjx-container'))
                         .map(el => el.textContent.slice(0, 60));
   const clone = document.body.cloneNode(true);
-  clone.querySelectorAll('pre, code, script, style, textarea').forEach(el => el.remove());
+  clone.querySelectorAll('pre, code, script, style, textarea, mjx-container, mjx-assistive-mml')
+       .forEach(el => el.remove());
   const text = clone.textContent;
   const raw = ['\\\\(', '\\\\[', '$$'].filter(marker => text.includes(marker));
-  return {images, mathCount: math.length, untypeset, raw,
+  // Slips of the rendered prose: a link whose text is raw LaTeX (a reference to a
+  // title with math), and doubled parentheses such as "((6.3))".
+  const latexLinks = Array.from(clone.querySelectorAll('a'))
+    .map(a => a.textContent.trim()).filter(t => /\\\\[a-zA-Z]+|\\$/.test(t));
+  const doubled = (text.match(/\\(\\([^()]*\\)\\)|\\(\\s*\\(/g) || []);
+  return {images, mathCount: math.length, untypeset, raw, latexLinks, doubled,
           mathjax: !!(window.MathJax && MathJax.startup)};
 }
 """
@@ -165,6 +172,8 @@ def check_page(
         found.append(f"math not rendered: {snippet!r}")
     for marker in report["raw"]:
         found.append(f"raw math delimiter {marker!r} left in the page text")
+    found += [f"link text is raw LaTeX: {t!r}" for t in report["latexLinks"]]
+    found += [f"doubled parentheses: {d!r}" for d in report["doubled"]]
     return found
 
 

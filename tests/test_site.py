@@ -129,7 +129,8 @@ def test_math_is_rendered_somewhere(page, served_site):
 
 BAD_PAGE = """<!doctype html><html><head>
 <script src="https://cdn.example.org/lib.js"></script></head>
-<body><p>Inline math \\(x^2\\) never typeset.</p>
+<body><p>Inline math \\(x^2\\) never typeset. See exercise ((6.3)) and
+<a href="#x">Why divide by \\sqrt{d_k}</a>; fine: (see (a)) and <a href="#y">6.3</a>.</p>
 <img src="missing.png"><img src="ok.svg">
 <script>console.error("boom")</script></body></html>"""
 
@@ -149,6 +150,9 @@ def test_checker_catches_a_bad_page(desktop, tmp_path):
     assert "image did not load: missing.png" in joined
     assert "image without alt text: ok.svg" in joined
     assert "raw math delimiter" in joined
+    assert "link text is raw LaTeX: 'Why divide by \\\\sqrt{d_k}'" in joined
+    assert "doubled parentheses: '((6.3))'" in joined
+    assert "(see (a))" not in joined and "'6.3'" not in joined
 
 
 def test_checker_passes_a_clean_page(desktop, tmp_path):
