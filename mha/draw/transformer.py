@@ -1,10 +1,13 @@
 """The encoder-decoder Transformer, drawn by code, with its three attentions marked.
 
-1. encoder self-attention (Q = K = V = the source; source padding mask),
-2. decoder causal self-attention (Q = K = V = the target so far; causal AND
-   target padding mask),
-3. encoder-decoder cross-attention (Q from the decoder, K = V = the encoder's
+1. encoder self-attention (Q, K and V all projected from the source; source padding
+   mask),
+2. decoder causal self-attention (Q, K and V all projected from the target so far;
+   causal AND target padding mask),
+3. encoder-decoder cross-attention (Q from the decoder, K and V from the encoder's
    output "memory"; source padding mask).
+
+(Three different projections of one sequence, not three equal matrices.)
 
 Every attention and feed-forward block has a residual connection: its input
 skips round it, on the right of the column, and is added to its output in the
@@ -144,7 +147,7 @@ def transformer_figure(*, source: str = "You are welcome",
     embed = "embedding + positional encoding"
     e = _stack(ax, _ENC_X, _ENC_W, base, [
         (embed, 0.4, None, "block"),
-        ("(1) encoder self-attention\nQ = K = V = source\nmask: source padding", 0.78, enc,
+        ("(1) encoder self-attention\nQ, K, V all from the source\nmask: source padding", 0.78, enc,
          "attention"),
         ("add & norm", 0.32, None, "block"),
         ("feed-forward", 0.4, None, "block"),
@@ -152,10 +155,10 @@ def transformer_figure(*, source: str = "You are welcome",
     ])
     d = _stack(ax, _DEC_X, _DEC_W, base, [
         (embed, 0.4, None, "block"),
-        ("(2) decoder causal self-attention\nQ = K = V = target so far\n"
+        ("(2) decoder causal self-attention\nQ, K, V all from the target so far\n"
          "mask: causal AND target padding", 0.78, dec, "attention"),
         ("add & norm", 0.32, None, "block"),
-        ("(3) cross-attention (encoder-decoder)\nQ from the decoder, K = V = memory\n"
+        ("(3) cross-attention (encoder-decoder)\nQ from the decoder, K and V from memory\n"
          "mask: source padding", 0.78, cross, "attention"),
         ("add & norm", 0.32, None, "block"),
         ("feed-forward", 0.4, None, "block"),
