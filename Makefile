@@ -51,11 +51,15 @@ $(STAMP):
 # What running and writing chapters needs: the Python environment only.
 venv: $(STAMP)
 
-# MathJax comes from the npm registry at set-up time and is served by the site itself.
+# MathJax comes from the npm registry at set-up time and is served by the site itself:
+# the one bundle the pages load (TeX in, HTML out) and what its menu loads on demand
+# (accessibility and speech, other renderers, TeX extensions), not the other bundles.
+# axe-core, from the same manifest, is for the browser tests only.
+MATHJAX_PARTS := tex-chtml.js input output a11y sre ui
 $(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
 	cd book/_vendor && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
-	rm -rf book/_vendor/site && mkdir -p book/_vendor/site/_vendor
-	cp -r book/_vendor/node_modules/mathjax/es5 book/_vendor/site/_vendor/mathjax
+	rm -rf book/_vendor/site && mkdir -p book/_vendor/site/_vendor/mathjax
+	cd book/_vendor/node_modules/mathjax/es5 && cp -r $(MATHJAX_PARTS) ../../../site/_vendor/mathjax/
 	touch $(MATHJAX)
 
 # What building the site needs besides: MathJax.

@@ -35,6 +35,20 @@ CHROMIUM_ARGS = [
 SMALLEST_FIGURE_FONT_PT = 8.5
 MIN_TEXT_PX = 8.0
 INSTALL_HINT = "headless Chromium not found: install it with `apt-get install chromium`"
+# axe-core, installed by the set-up from the npm registry (book/_vendor/package.json).
+AXE = Path(__file__).resolve().parent.parent / "book/_vendor/node_modules/axe-core/axe.min.js"
+# What axe still finds that comes from the theme's templates, each with its reason.
+# Keyed by (rule, the element's selector); anything else axe finds is a problem.
+AXE_KNOWN = {
+    ("region", ".sidebar-primary-items__start > .sidebar-primary-item:nth-child(1)"):
+        "the theme's sidebar title (the book's name) sits outside any landmark; its "
+        "template places it there, and moving it would mean forking the template "
+        "(moderate: a screen reader still reaches it)",
+}
+# Every page's first load (empty cache, uncompressed as a plain static host serves it)
+# stays under this: the heaviest pages weighed 5.4 MB when it was set (their SVG
+# figures are 1.3-1.6 MB of it), so a regression shows when it happens.
+PAGE_BUDGET_BYTES = 6_000_000
 
 
 def chromium_path() -> str | None:
@@ -140,6 +154,7 @@ def check_page(
         report = page.evaluate(PAGE_REPORT_JS)
         page.evaluate(OPEN_ALL_JS)
         layout = page.evaluate(LAYOUT_JS)
+        found += accessibility_problems(page)
         if phone is not None:
             page.set_viewport_size({"width": phone[0], "height": phone[1]})
             small = page.evaluate(LAYOUT_JS)
@@ -175,6 +190,46 @@ def check_page(
     found += [f"link text is raw LaTeX: {t!r}" for t in report["latexLinks"]]
     found += [f"doubled parentheses: {d!r}" for d in report["doubled"]]
     return found
+
+
+AXE_RUN_JS = """
+async (options) => (await axe.run(document, options)).violations.flatMap(
+  v => v.nodes.map(n => ({rule: v.id, impact: v.impact, target: n.target.join(' '),
+                          help: v.help})))
+"""
+
+
+def accessibility_problems(page) -> list[str]:
+    """What axe-core finds on the open page (every hidden cell shown), light and dark.
+
+    All of axe's default rules (WCAG 2.x A and AA, best practices) in light mode, then
+    colour contrast again in dark mode; a finding listed in ``AXE_KNOWN`` is not a
+    problem."""
+    page.add_script_tag(path=str(AXE))
+    found = []
+    for mode, options in (("light", {}), ("dark", {"runOnly": ["color-contrast"]})):
+        page.evaluate(f"document.documentElement.dataset.theme = '{mode}'")
+        for v in page.evaluate(AXE_RUN_JS, options):
+            if (v["rule"], v["target"]) not in AXE_KNOWN:
+                found.append(f"axe {v['impact']} {v['rule']} ({mode}): {v['target']}: "
+                             f"{v['help']}")
+    page.evaluate("document.documentElement.dataset.theme = 'light'")
+    return found
+
+
+def first_load_bytes(browser, url: str) -> dict[str, int]:
+    """Bytes of every response a page needs on its first visit (a new context: empty
+    cache), by URL, as a static host without compression serves them."""
+    context = browser.new_context()
+    responses = []
+    try:
+        page = context.new_page()
+        page.on("response", lambda response: responses.append(response))
+        page.goto(url, wait_until="load", timeout=60_000)
+        page.wait_for_load_state("networkidle", timeout=60_000)
+        return {r.url: r.request.sizes()["responseBodySize"] for r in responses}
+    finally:
+        context.close()
 
 
 def site_pages(html_root: Path) -> list[Path]:

@@ -62,6 +62,19 @@ def desktop(browser, browser_context_args):
 
 
 @pytest.mark.parametrize("page", PAGES)
+def test_first_load_is_within_the_budget(browser, served_site, page):
+    """An empty cache, as a reader's first visit: the page and all it loads."""
+    sizes = site_check.first_load_bytes(browser, f"{served_site}/{page}")
+    total = sum(sizes.values())
+    heaviest = sorted(sizes.items(), key=lambda item: -item[1])[:5]
+    assert total <= site_check.PAGE_BUDGET_BYTES, (
+        f"{page}: {total / 1e6:.2f} MB on a first load, over the budget of "
+        f"{site_check.PAGE_BUDGET_BYTES / 1e6:.1f} MB; heaviest: "
+        + ", ".join(f"{url.rsplit('/', 1)[-1]} {size / 1e6:.2f} MB" for url, size in heaviest)
+    )
+
+
+@pytest.mark.parametrize("page", PAGES)
 def test_page_is_clean_at_desktop_and_phone_width(desktop, served_site, page):
     """At 1280 px nothing scrolls sideways and figure text stays readable; at 390 px
     every equation fits the column and every shrunk figure opens at full size."""
@@ -150,6 +163,7 @@ def test_checker_catches_a_bad_page(desktop, tmp_path):
     assert "image did not load: missing.png" in joined
     assert "image without alt text: ok.svg" in joined
     assert "raw math delimiter" in joined
+    assert "axe critical image-alt (light)" in joined  # axe runs, and names the rule
     assert "link text is raw LaTeX: 'Why divide by \\\\sqrt{d_k}'" in joined
     assert "doubled parentheses: '((6.3))'" in joined
     assert "(see (a))" not in joined and "'6.3'" not in joined
@@ -158,8 +172,9 @@ def test_checker_catches_a_bad_page(desktop, tmp_path):
 def test_checker_passes_a_clean_page(desktop, tmp_path):
     (tmp_path / "good.html").write_text(
         # A page without a tab icon would make the browser ask for /favicon.ico (a 404).
-        '<!doctype html><html><head><link rel="icon" href="ok.svg"></head>'
-        '<body><p>Hello</p><img src="ok.svg" alt="a square"></body></html>'
+        '<!doctype html><html lang="en"><head><title>Good</title>'
+        '<link rel="icon" href="ok.svg"></head><body><main><h1>Hello</h1>'
+        '<img src="ok.svg" alt="a square"></main></body></html>'
     )
     (tmp_path / "ok.svg").write_text(OK_SVG)
     with site_check.serve(tmp_path) as origin:

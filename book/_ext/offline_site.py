@@ -8,6 +8,8 @@
 * The site's front door, ``index.html``, was a bare redirect (written by
   sphinx-external-toc): no title, and no tab icon, so every browser asked for
   ``/favicon.ico`` and got a 404. It is written here instead, before that fallback runs.
+* The theme ships source maps (``*.map``, 3 MB) for its scripts and styles. No page
+  loads them (only a browser's developer tools would); they are not published.
 """
 
 from __future__ import annotations
@@ -61,8 +63,15 @@ def write_index(app, exception: Exception | None) -> None:
     )
 
 
+def drop_source_maps(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        for path in Path(app.outdir, "_static").rglob("*.map"):
+            path.unlink()
+
+
 def setup(app):
     app.connect("html-page-context", drop_thebe, priority=900)
     # Before sphinx-external-toc's own (priority 500), which keeps an existing file.
     app.connect("build-finished", write_index, priority=400)
+    app.connect("build-finished", drop_source_maps)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
