@@ -1,0 +1,127 @@
+"""Sphinx extension: what every edition of the book (English, 中文) needs of its own.
+
+* **A language switch** at the top of every page: a link to the same page in the other
+  edition, named by its visible text in that edition's language (``lang``) and marked
+  with ``hreflang``. The editions are laid out as ``_build/html/`` (English) and
+  ``_build/html/<lang>/`` (see tools/editions.py).
+* **A CJK web font** served by the site itself (Noto Sans SC, sliced by Unicode range:
+  a page downloads only the slices holding its glyphs), in both editions: the English
+  pages hold Chinese terms too. It comes last in the font stack, so Latin text keeps
+  the theme's fonts and only glyphs they lack fall back to it.
+* **Translated alt text.** Sphinx's gettext builder does not extract a figure's alt
+  text (``mystnb.image.alt`` in the cell metadata). Every alt text is looked up in the
+  page's own catalog instead, as a message of its own, when the page is written (the
+  catalogs carry them: ``tools.editions update`` adds them), so a figure's alt text is
+  translated, fuzzy or missing like any other message.
+* The fixes of ``accessible_html`` name the theme's labels in English ("Search",
+  "Light", ...); in another edition they are looked up in the theme's translation.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+# The editions and the name of each one's language in that language.
+EDITIONS = {"en": ("English", "en", ""), "zh_CN": ("中文", "zh-CN", "zh_CN/")}
+FONT_CSS = ("_vendor/fonts/noto-sans-sc/400.css", "_vendor/fonts/noto-sans-sc/700.css")
+
+
+def edition(app) -> str:
+    return app.config.language if app.config.language in EDITIONS else "en"
+
+
+def switch_link(current: str, pagename: str) -> str:
+    """The language switch of one page: links to the same page in every other edition."""
+    depth = pagename.count("/") + (1 if EDITIONS[current][2] else 0)
+    up = "../" * depth
+    links = []
+    for code, (name, tag, folder) in EDITIONS.items():
+        if code == current:
+            continue
+        href = f"{up}{folder}{pagename}.html"
+        links.append(
+            f'<a class="language-switch__link" href="{html.escape(href)}" '
+            f'hreflang="{tag}" lang="{tag}">{html.escape(name)}</a>'
+        )
+    return '<p class="language-switch">' + " ".join(links) + "</p>\n"
+
+
+def add_switch(app, pagename, templatename, context, doctree) -> None:
+    if "body" in context:
+        context["body"] = switch_link(edition(app), pagename) + context["body"]
+
+
+def add_font(app, config) -> None:
+    # The stylesheets sit in the English edition's _vendor (html_extra_path), one level
+    # above _static; another edition's pages reach them one level further up.
+    up = "../" * (2 if EDITIONS[edition(app)][2] else 1)
+    for sheet in FONT_CSS:
+        app.add_css_file(up + sheet)
+    app.add_css_file("editions.css")
+
+
+# --- alt text -----------------------------------------------------------------
+
+ALT = re.compile(r'(<img\b[^>]*?\balt=")([^"]*)(")')
+
+
+def translate_alt(app, pagename, templatename, context, doctree) -> None:
+    if edition(app) == "en" or "body" not in context:
+        return
+    translator = page_catalog(app, pagename)
+    if translator is None:
+        return
+
+    def swap(m: re.Match) -> str:
+        text = html.unescape(m.group(2))
+        found = translator.get(text)
+        return m.group(1) + html.escape(found, quote=True) + m.group(3) if found else m.group(0)
+
+    context["body"] = ALT.sub(swap, context["body"])
+
+
+def page_catalog(app, pagename):
+    """``{msgid: msgstr}`` of the page's catalog, translated and not fuzzy messages only."""
+    from babel.messages.pofile import read_po
+
+    for folder in app.config.locale_dirs:
+        po = Path(app.confdir, folder, app.config.language, "LC_MESSAGES", pagename + ".po")
+        if po.exists():
+            with po.open("rb") as f:
+                catalog = read_po(f)
+            return {m.id: m.string for m in catalog if m.id and m.string and not m.fuzzy}
+    return None
+
+
+# --- accessible_html in another language --------------------------------------
+
+LABEL = re.compile(r'\b(title|aria-label)="([^"]+)"')
+
+
+def translate_fixes(app) -> None:
+    if edition(app) == "en":
+        return
+    try:
+        import accessible_html
+    except ImportError:
+        return
+    from sphinx.locale import get_translation
+
+    _ = get_translation("sphinx")
+
+    def local(markup: str) -> str:
+        return LABEL.sub(lambda m: f'{m.group(1)}="{_(m.group(2))}"', markup)
+
+    accessible_html.FIXES = tuple(
+        (local(before), local(after), gain) for before, after, gain in accessible_html.FIXES
+    )
+
+
+def setup(app):
+    app.connect("config-inited", add_font)
+    app.connect("builder-inited", translate_fixes)
+    app.connect("html-page-context", add_switch)
+    app.connect("html-page-context", translate_alt)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

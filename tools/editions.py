@@ -1,0 +1,240 @@
+"""The book's other editions: one set of notebooks, one gettext catalog per page.
+
+The English site is built by ``jupyter-book build`` into ``_build/html``. Every other
+edition is built here by the same machinery (Jupyter Book's ``build_sphinx``, the same
+``_config.yml`` and ``_toc.yml``), with Sphinx's ``language`` set and the catalogs of
+``locales/<lang>/LC_MESSAGES`` applied, into ``_build/html/<lang>/``. What does not
+change with the language is not copied: MathJax is loaded from the English edition's
+``_vendor``, and every file of ``_static`` or ``_images`` that is byte for byte the
+English one is removed from the edition and its pages point at the English file.
+
+    python -m tools.editions gettext         # extract the messages (_build/gettext)
+    python -m tools.editions update zh_CN    # merge them into the catalogs, list the work
+    python -m tools.editions build zh_CN     # build the edition (after the English one)
+    python -m tools.editions status zh_CN    # what is left to translate, per catalog
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCALES = ROOT / "locales"
+BUILD = ROOT / "_build"
+HTML = BUILD / "html"
+POT = BUILD / "gettext"
+LANGUAGES = ("zh_CN",)
+# Folders of an edition whose files may be shared with the English edition.
+SHARED_DIRS = ("_static", "_images")
+
+
+def overrides(language: str | None) -> dict:
+    """Sphinx settings of an edition, on top of ``_config.yml``."""
+    settings = {
+        "external_toc_path": "_toc.yml",
+        "nitpicky": True,
+        "latex_individualpages": False,
+        # One catalog per page (book/notebooks/01_notation.po), not one per folder.
+        "gettext_compact": False,
+        "locale_dirs": [str(LOCALES)],
+    }
+    if language:
+        settings |= {
+            "language": language,
+            # MathJax is the English edition's copy (one level up).
+            "html_extra_path": [],
+            "mathjax_path": "../../_vendor/mathjax/tex-chtml.js",
+        }
+    return settings
+
+
+def sphinx(builder: str, outdir: Path, doctrees: Path, language: str | None = None) -> int:
+    from jupyter_book.sphinx import build_sphinx
+
+    return build_sphinx(
+        ROOT,
+        outdir,
+        noconfig=True,
+        path_config=str(ROOT / "_config.yml"),
+        confoverrides=overrides(language),
+        doctreedir=doctrees,
+        builder=builder,
+        force_all=True,
+        freshenv=True,
+        warningiserror=True,
+        keep_going=True,
+    )
+
+
+def gettext() -> None:
+    status = sphinx("gettext", POT, BUILD / ".doctrees-gettext")
+    if status:
+        sys.exit(status)
+    for pot in sorted(POT.rglob("*.pot")):
+        notebook = ROOT / pot.relative_to(POT).with_suffix(".ipynb")
+        if notebook.exists():
+            add_alt_texts(pot, notebook)
+
+
+def alt_texts(notebook: Path) -> list[tuple[str, int]]:
+    """Each figure's alt text (cell metadata ``mystnb.image.alt``) and its cell's index."""
+    import json
+
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    found = []
+    for index, cell in enumerate(cells):
+        alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+        if alt:
+            found.append((alt, index))
+    return found
+
+
+def add_alt_texts(pot: Path, notebook: Path) -> None:
+    """The gettext builder does not extract alt text: add it to the page's template as
+    messages of their own (book/_ext/editions.py translates them when writing pages)."""
+    from babel.messages.pofile import read_po, write_po
+
+    with pot.open("rb") as f:
+        catalog = read_po(f)
+    where = notebook.relative_to(ROOT).as_posix()
+    for alt, index in alt_texts(notebook):
+        catalog.add(alt, locations=[(f"../../{where}", index)],
+                    auto_comments=[f"alt text of the figure of cell {index} (mystnb.image.alt)"])
+    with pot.open("wb") as f:
+        write_po(f, catalog, width=0)
+
+
+def catalogs(language: str) -> Path:
+    return LOCALES / language / "LC_MESSAGES"
+
+
+def stats(po: Path) -> dict[str, int]:
+    """Counts of translated, fuzzy, untranslated and obsolete messages in one catalog."""
+    from babel.messages.pofile import read_po
+
+    with po.open("rb") as f:
+        catalog = read_po(f)
+    counts = {"translated": 0, "fuzzy": 0, "untranslated": 0, "obsolete": len(catalog.obsolete)}
+    for message in catalog:
+        if not message.id:
+            continue
+        if message.fuzzy:
+            counts["fuzzy"] += 1
+        elif message.string:
+            counts["translated"] += 1
+        else:
+            counts["untranslated"] += 1
+    return counts
+
+
+def status(language: str) -> None:
+    translated = declared(language)
+    for po in sorted(catalogs(language).rglob("*.po")):
+        doc = po.relative_to(catalogs(language)).with_suffix("").as_posix()
+        c = stats(po)
+        mark = "declared translated" if doc in translated else ""
+        print(f"{doc:40} {c['translated']:4} translated {c['fuzzy']:4} fuzzy "
+              f"{c['untranslated']:4} untranslated {c['obsolete']:4} obsolete  {mark}")
+
+
+def declared(language: str) -> list[str]:
+    """The pages declared translated (``locales/<lang>/TRANSLATED``, one docname a line)."""
+    path = LOCALES / language / "TRANSLATED"
+    if not path.exists():
+        return []
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def update(language: str) -> None:
+    """Merge the extracted messages into the catalogs (new ones empty, changed ones
+    fuzzy, vanished ones obsolete), then list what needs translating."""
+    subprocess.run(
+        [sys.executable, "-m", "sphinx_intl", "update", "-p", str(POT), "-d", str(LOCALES),
+         "-l", language, "-w", "0"],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    status(language)
+
+
+def share_with_english(edition: Path, english: Path) -> tuple[int, int]:
+    """Remove the edition's files that are the English edition's, byte for byte, and
+    point its pages at the English copies. Returns (files removed, bytes saved)."""
+    removed, saved = [], 0
+    for folder in SHARED_DIRS:
+        for path in sorted((edition / folder).rglob("*")):
+            twin = english / path.relative_to(edition)
+            if path.is_file() and twin.is_file() and path.read_bytes() == twin.read_bytes():
+                removed.append(path.relative_to(edition).as_posix())
+                saved += path.stat().st_size
+                path.unlink()
+    gone = set(removed)
+    pattern = re.compile(r'((?:href|src|data-src)=")((?:\.\./)*)((?:%s)/[^"?#]+)' %
+                         "|".join(SHARED_DIRS))
+    for page in edition.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+
+        def repoint(m: re.Match, page=page) -> str:
+            if m.group(3) not in gone:
+                return m.group(0)
+            return m.group(1) + "../" + m.group(2) + m.group(3)
+
+        new = pattern.sub(repoint, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    # A stylesheet that stayed (it differs) keeps relative links to files that moved.
+    for sheet in edition.rglob("*.css"):
+        text = sheet.read_text(encoding="utf-8")
+        base = sheet.parent
+        def recss(m: re.Match, base=base) -> str:
+            url = m.group(2)
+            if url.startswith(("data:", "http", "/", "#")):
+                return m.group(0)
+            target = (base / url.split("?")[0].split("#")[0]).resolve()
+            try:
+                rel = target.relative_to(edition.resolve()).as_posix()
+            except ValueError:
+                return m.group(0)
+            if rel in gone:
+                return f"url({m.group(1)}../{'../' * len(sheet.relative_to(edition).parts[:-1])}" \
+                       f"{rel}{url[len(url.split('?')[0].split('#')[0]):]}{m.group(1)})"
+            return m.group(0)
+        new = re.sub(r"""url\((['"]?)([^)'"]+)\1\)""", recss, text)
+        if new != text:
+            sheet.write_text(new, encoding="utf-8")
+    for folder in SHARED_DIRS:
+        for path in sorted((edition / folder).rglob("*"), reverse=True):
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return len(removed), saved
+
+
+def build(language: str) -> None:
+    if not (HTML / "_static").is_dir():
+        sys.exit("build the English edition first (_build/html)")
+    out = HTML / language
+    start = time.perf_counter()
+    code = sphinx("html", out, BUILD / f".doctrees-{language}", language)
+    if code:
+        sys.exit(code)
+    files, saved = share_with_english(out, HTML)
+    print(f"{language}: built in {time.perf_counter() - start:.0f} s; {files} files "
+          f"({saved / 1e6:.1f} MB) shared with the English edition instead of copied")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("gettext", "update", "build", "status"))
+    parser.add_argument("language", nargs="?", default=LANGUAGES[0])
+    args = parser.parse_args(argv)
+    {"gettext": lambda _: gettext(), "update": update, "build": build,
+     "status": status}[args.command](args.language)
+
+
+if __name__ == "__main__":
+    main()
