@@ -71,12 +71,13 @@ def sphinx(builder: str, outdir: Path, doctrees: Path, language: str | None = No
     )
 
 
-def gettext() -> None:
-    status = sphinx("gettext", POT, BUILD / ".doctrees-gettext")
+def gettext(outdir: Path = POT) -> None:
+    """Extract every page's messages into ``<outdir>/<docname>.pot``, alt text included."""
+    status = sphinx("gettext", outdir, outdir.parent / f".doctrees-{outdir.name}")
     if status:
         sys.exit(status)
-    for pot in sorted(POT.rglob("*.pot")):
-        notebook = ROOT / pot.relative_to(POT).with_suffix(".ipynb")
+    for pot in sorted(outdir.rglob("*.pot")):
+        notebook = ROOT / pot.relative_to(outdir).with_suffix(".ipynb")
         if notebook.exists():
             add_alt_texts(pot, notebook)
 
