@@ -5,7 +5,7 @@ edition is built here by the same machinery (Jupyter Book's ``build_sphinx``, th
 ``_config.yml`` and ``_toc.yml``), with Sphinx's ``language`` set and the catalogs of
 ``locales/<lang>/LC_MESSAGES`` applied, into ``_build/html/<lang>/``. What does not
 change with the language is not copied: MathJax is loaded from the English edition's
-``_vendor``, and every file of ``_static`` or ``_images`` that is byte for byte the
+``_vendor``, and every file of ``_static``, ``_images`` or ``_sources`` that is byte for byte the
 English one is removed from the edition and its pages point at the English file.
 
     python -m tools.editions gettext         # extract the messages (_build/gettext)
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ HTML = BUILD / "html"
 POT = BUILD / "gettext"
 LANGUAGES = ("zh_CN",)
 # Folders of an edition whose files may be shared with the English edition.
-SHARED_DIRS = ("_static", "_images")
+SHARED_DIRS = ("_static", "_images", "_sources")
 
 
 def overrides(language: str | None) -> dict:
@@ -221,6 +222,9 @@ def build(language: str) -> None:
     out = HTML / language
     start = time.perf_counter()
     code = sphinx("html", out, BUILD / f".doctrees-{language}", language)
+    # myst-nb writes its copies of the notebooks beside the output folder: here, inside
+    # the English edition (its own are in _build/jupyter_execute). Not published.
+    shutil.rmtree(HTML / "jupyter_execute", ignore_errors=True)
     if code:
         sys.exit(code)
     files, saved = share_with_english(out, HTML)
