@@ -176,8 +176,8 @@ def share_with_english(edition: Path, english: Path) -> tuple[int, int]:
                 saved += path.stat().st_size
                 path.unlink()
     gone = set(removed)
-    pattern = re.compile(r'((?:href|src|data-src)=")((?:\.\./)*)((?:%s)/[^"?#]+)' %
-                         "|".join(SHARED_DIRS))
+    folders = "|".join(SHARED_DIRS)
+    pattern = re.compile(r'((?:href|src|data-src)=")((?:\.\./)*)((?:' + folders + r')/[^"?#]+)')
     for page in edition.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
 
@@ -189,26 +189,6 @@ def share_with_english(edition: Path, english: Path) -> tuple[int, int]:
         new = pattern.sub(repoint, text)
         if new != text:
             page.write_text(new, encoding="utf-8")
-    # A stylesheet that stayed (it differs) keeps relative links to files that moved.
-    for sheet in edition.rglob("*.css"):
-        text = sheet.read_text(encoding="utf-8")
-        base = sheet.parent
-        def recss(m: re.Match, base=base) -> str:
-            url = m.group(2)
-            if url.startswith(("data:", "http", "/", "#")):
-                return m.group(0)
-            target = (base / url.split("?")[0].split("#")[0]).resolve()
-            try:
-                rel = target.relative_to(edition.resolve()).as_posix()
-            except ValueError:
-                return m.group(0)
-            if rel in gone:
-                return f"url({m.group(1)}../{'../' * len(sheet.relative_to(edition).parts[:-1])}" \
-                       f"{rel}{url[len(url.split('?')[0].split('#')[0]):]}{m.group(1)})"
-            return m.group(0)
-        new = re.sub(r"""url\((['"]?)([^)'"]+)\1\)""", recss, text)
-        if new != text:
-            sheet.write_text(new, encoding="utf-8")
     for folder in SHARED_DIRS:
         for path in sorted((edition / folder).rglob("*"), reverse=True):
             if path.is_dir() and not any(path.iterdir()):
