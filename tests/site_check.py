@@ -287,3 +287,43 @@ LAYOUT_JS = """
   return {code, outputs, equations, figures};
 }
 """
+
+
+# --- the Chinese edition: the site's own CJK font, glyph by glyph -------------------
+
+# Every distinct CJK character (and CJK punctuation) the page shows, and those that no
+# loaded face of the site's font covers at the weight they are drawn in. A character
+# outside every face's unicode-range, or in a slice that failed to load, is missing.
+MISSING_GLYPHS_JS = """
+async () => {
+  await document.fonts.ready;
+  const cjk = /[\\u3000-\\u303f\\u3400-\\u9fff\\uff00-\\uffef]/;
+  const faces = [...document.fonts].filter(f => f.family.replace(/["']/g, "") === "Noto Sans SC");
+  const covers = (face, cp) => face.unicodeRange.split(",").some(range => {
+    const [a, b] = range.trim().replace(/^U\\+/i, "").split("-");
+    const lo = parseInt(a, 16), hi = b ? parseInt(b, 16) : lo;
+    return cp >= lo && cp <= hi;
+  });
+  const seen = new Map();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!el || !el.checkVisibility() || !cjk.test(node.data)) continue;
+    const weight = parseInt(getComputedStyle(el).fontWeight) > 500 ? "700" : "400";
+    for (const ch of node.data) if (cjk.test(ch)) seen.set(ch + weight, [ch, weight]);
+  }
+  // Ask for every slice the text needs (a slice loads when text drawn with it shows).
+  await Promise.all([...seen.values()].map(
+    ([ch, w]) => document.fonts.load(`${w} 16px "Noto Sans SC"`, ch)));
+  const missing = [...seen.values()].filter(([ch, w]) =>
+    !faces.some(f => f.status === "loaded" && f.weight === w && covers(f, ch.codePointAt(0))));
+  return {count: seen.size, missing: missing.map(([ch, w]) => ch + "@" + w),
+          check: document.fonts.check('16px "Noto Sans SC"',
+                                      [...seen.values()].map(v => v[0]).join(""))};
+}
+"""
+
+
+def missing_cjk_glyphs(page, url: str) -> dict:
+    page.goto(url, wait_until="networkidle", timeout=60_000)
+    return page.evaluate(MISSING_GLYPHS_JS)

@@ -47,11 +47,27 @@ def overrides(language: str | None) -> dict:
     if language:
         settings |= {
             "language": language,
+            # The book's title, from the root page's catalog (where it is its heading).
+            **({"html_title": title} if (title := translated_title(language)) else {}),
             # MathJax is the English edition's copy (one level up).
             "html_extra_path": [],
             "mathjax_path": "../../_vendor/mathjax/tex-chtml.js",
         }
     return settings
+
+
+def translated_title(language: str) -> str | None:
+    import yaml
+    from babel.messages.pofile import read_po
+
+    title = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
+    root = yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
+    po = LOCALES / language / "LC_MESSAGES" / f"{root}.po"
+    if not po.exists():
+        return None
+    with po.open("rb") as f:
+        message = read_po(f).get(title)
+    return message.string if message and message.string and not message.fuzzy else None
 
 
 def sphinx(builder: str, outdir: Path, doctrees: Path, language: str | None = None) -> int:

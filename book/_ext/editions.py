@@ -95,6 +95,30 @@ def page_catalog(app, pagename):
     return None
 
 
+# --- the parts' captions -------------------------------------------------------
+
+
+def translate_captions(app, doctree) -> None:
+    """The captions of the parts (_toc.yml) are extracted from the root page, but
+    sphinx-external-toc adds its toctrees after Sphinx's translation ran."""
+    if edition(app) == "en":
+        return
+    from sphinx import addnodes
+    from sphinx.locale import init as init_locale
+    from sphinx.util.i18n import docname_to_domain
+
+    toctrees = [n for n in doctree.findall(addnodes.toctree) if n.get("caption")]
+    if not toctrees:
+        return
+    domain = docname_to_domain(app.env.docname, app.config.gettext_compact)
+    dirs = [str(Path(app.srcdir, d)) for d in app.config.locale_dirs]
+    catalog, found = init_locale(dirs, app.config.language, domain)
+    if not found:
+        return
+    for node in toctrees:
+        node["caption"] = node["rawcaption"] = catalog.gettext(node["caption"])
+
+
 # --- accessible_html in another language --------------------------------------
 
 LABEL = re.compile(r'\b(title|aria-label)="([^"]+)"')
@@ -122,6 +146,8 @@ def translate_fixes(app) -> None:
 def setup(app):
     app.connect("config-inited", add_font)
     app.connect("builder-inited", translate_fixes)
+    # After sphinx-external-toc has inserted the toctrees (its handler: priority 500).
+    app.connect("doctree-read", translate_captions, priority=600)
     app.connect("html-page-context", add_switch)
     app.connect("html-page-context", translate_alt)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
