@@ -48,9 +48,33 @@ def switch_link(current: str, pagename: str) -> str:
     return '<p class="language-switch">' + " ".join(links) + "</p>\n"
 
 
+# Pages whose template has no body of ours (the index, the search page): the switch
+# goes in after the build, after the first of these pieces of the theme's markup.
+NO_BODY: set[str] = set()
+ANCHORS = ('<article class="bd-article">', '<div class="bd-search-container">')
+
+
 def add_switch(app, pagename, templatename, context, doctree) -> None:
     if "body" in context:
         context["body"] = switch_link(edition(app), pagename) + context["body"]
+    else:
+        NO_BODY.add(pagename)
+
+
+def add_switch_after_build(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for pagename in sorted(NO_BODY):
+        page = Path(app.outdir, pagename + ".html")
+        if not page.exists():
+            continue
+        text = page.read_text(encoding="utf-8")
+        anchor = next((a for a in ANCHORS if a in text), None)
+        if anchor is None:
+            raise RuntimeError(f"editions: no place for the language switch in {pagename}")
+        page.write_text(text.replace(anchor, anchor + switch_link(edition(app), pagename), 1),
+                        encoding="utf-8")
+    NO_BODY.clear()
 
 
 def add_font(app, config) -> None:
@@ -60,6 +84,33 @@ def add_font(app, config) -> None:
     for sheet in FONT_CSS:
         app.add_css_file(up + sheet)
     app.add_css_file("editions.css")
+
+
+# --- labels that no catalog holds ---------------------------------------------
+
+# myst-nb writes its toggles' labels from its configuration ("Show code cell {type}"),
+# not through a translation.
+LABELS = {
+    "zh_CN": {
+        "Show code cell source": "显示代码",
+        "Hide code cell source": "隐藏代码",
+        "Show code cell outputs": "显示输出",
+        "Hide code cell outputs": "隐藏输出",
+        "Show code cell output": "显示输出",
+        "Hide code cell output": "隐藏输出",
+        "Show code cell content": "显示代码单元",
+        "Hide code cell content": "隐藏代码单元",
+    },
+}
+
+
+def translate_labels(app, pagename, templatename, context, doctree) -> None:
+    labels = LABELS.get(edition(app))
+    if labels and "body" in context:
+        body = context["body"]
+        for english, local in labels.items():
+            body = body.replace(english, local)
+        context["body"] = body
 
 
 # --- alt text -----------------------------------------------------------------
@@ -149,5 +200,7 @@ def setup(app):
     # After sphinx-external-toc has inserted the toctrees (its handler: priority 500).
     app.connect("doctree-read", translate_captions, priority=600)
     app.connect("html-page-context", add_switch)
+    app.connect("build-finished", add_switch_after_build)
     app.connect("html-page-context", translate_alt)
+    app.connect("html-page-context", translate_labels)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
