@@ -305,19 +305,37 @@ async () => {
     return cp >= lo && cp <= hi;
   });
   const seen = new Map();
+  const elements = new Map();
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const el = node.parentElement;
     if (!el || !el.checkVisibility() || !cjk.test(node.data)) continue;
     const weight = parseInt(getComputedStyle(el).fontWeight) > 500 ? "700" : "400";
-    for (const ch of node.data) if (cjk.test(ch)) seen.set(ch + weight, [ch, weight]);
+    for (const ch of node.data) if (cjk.test(ch)) {
+      seen.set(ch + weight, [ch, weight]);
+      elements.set(el, (elements.get(el) || "") + ch);
+    }
   }
   // Ask for every slice the text needs (a slice loads when text drawn with it shows).
   await Promise.all([...seen.values()].map(
     ([ch, w]) => document.fonts.load(`${w} 16px "Noto Sans SC"`, ch)));
+  // Drawn from the site's font, not as boxes from another: the element's Chinese
+  // characters, in the element's own style, are as wide as in Noto Sans SC alone.
+  const otherFont = [];
+  for (const [el, chars] of elements) {
+    const probe = document.createElement("span");
+    probe.style.cssText = "position:absolute;visibility:hidden;white-space:pre";
+    probe.textContent = chars;
+    el.appendChild(probe);
+    const own = probe.getBoundingClientRect().width;
+    probe.style.fontFamily = '"Noto Sans SC"';
+    const noto = probe.getBoundingClientRect().width;
+    probe.remove();
+    if (Math.abs(own - noto) > 0.5) otherFont.push(chars.slice(0, 12));
+  }
   const missing = [...seen.values()].filter(([ch, w]) =>
     !faces.some(f => f.status === "loaded" && f.weight === w && covers(f, ch.codePointAt(0))));
-  return {count: seen.size, missing: missing.map(([ch, w]) => ch + "@" + w),
+  return {count: seen.size, missing: missing.map(([ch, w]) => ch + "@" + w), otherFont,
           check: document.fonts.check('16px "Noto Sans SC"',
                                       [...seen.values()].map(v => v[0]).join(""))};
 }
