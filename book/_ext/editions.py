@@ -194,6 +194,19 @@ def translate_fixes(app) -> None:
     )
 
 
+def front_door_language(app, exception) -> None:
+    """offline_site writes the front door's ``lang`` as Sphinx's code (zh_CN); HTML wants
+    a language tag (zh-CN)."""
+    if exception is not None or app.builder.format != "html" or edition(app) == "en":
+        return
+    door = Path(app.outdir, "index.html")
+    if door.exists():
+        text = door.read_text(encoding="utf-8")
+        door.write_text(text.replace(f'lang="{app.config.language}"',
+                                     f'lang="{EDITIONS[edition(app)][1]}"', 1),
+                        encoding="utf-8")
+
+
 def setup(app):
     app.connect("config-inited", add_font)
     app.connect("builder-inited", translate_fixes)
@@ -201,6 +214,8 @@ def setup(app):
     app.connect("doctree-read", translate_captions, priority=600)
     app.connect("html-page-context", add_switch)
     app.connect("build-finished", add_switch_after_build)
+    # After offline_site has written the front door (its handler: priority 400).
+    app.connect("build-finished", front_door_language, priority=450)
     app.connect("html-page-context", translate_alt)
     app.connect("html-page-context", translate_labels)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
