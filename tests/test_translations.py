@@ -123,6 +123,7 @@ def test_some_pages_are_declared_translated_and_have_a_catalog():
         assert (LOCALE / "LC_MESSAGES" / f"{doc}.po").exists(), doc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", DECLARED)
 def test_declared_page_is_wholly_translated_and_up_to_date(doc, current_messages):
     catalog = read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po")
