@@ -138,6 +138,31 @@ def test_math_is_rendered_somewhere(page, served_site):
     assert page.locator("mjx-container").count() >= 3
 
 
+def test_references_page_lists_every_cited_work(served_site):
+    """The built references page has one entry per work the book cites, each showing
+    its title, with a link to its address where references.bib has one, a clean label
+    and no raw TeX (tests/test_references.py checks the file itself)."""
+    import html as html_lib
+
+    import test_references as refs
+
+    page = (HTML / "book" / "references.html").read_text()
+    blocks = re.findall(r'<div class="citation"[^>]*>(.*?)</div>', page, flags=re.S)
+    shown = [html_lib.unescape(re.sub(r"<[^>]+>", "", b)).strip() for b in blocks]
+    cited = refs.cited_keys()
+    assert len(shown) == len(cited), f"{len(shown)} entries listed, {len(cited)} works cited"
+    for key in cited:
+        fields = refs.ENTRIES[key].fields
+        title = re.sub(r"[{}]", "", fields["title"]).replace("\\#", "#").lower()
+        assert any(title in text.lower() for text in shown), f"{key}: title not listed"
+        if "url" in fields:
+            assert f'href="{fields["url"]}"' in page, f"{key}: no link to {fields['url']}"
+    for text in shown:
+        label, _, body = text.partition("]")
+        assert re.fullmatch(r"\[\s*[A-Za-z0-9+]+\s*", label), f"label {label!r}"
+        assert not re.search(r"[$\\{}]", body), f"raw TeX: {body}"
+
+
 # --- the checker itself catches what it must --------------------------------------
 
 BAD_PAGE = """<!doctype html><html><head>

@@ -47,6 +47,7 @@ TOOLING_TESTS = [
     "tests/test_notebooks.py",
     "tests/test_packaging.py",
     "tests/test_prose.py",
+    "tests/test_references.py",
     "tests/test_site.py",
     "tests/test_stages.py",
     "tests/test_workbook.py",
