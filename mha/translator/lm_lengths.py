@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import platform
 import re
 import statistics
@@ -99,7 +100,7 @@ SEEDS = (0, 1, 2, 3, 4)
 #: L: the inputs of a training document; the test documents have 4 L.
 TRAIN_LEN = 32
 #: Optimizer steps of every run (the cap of the training rule).
-STEPS = 1500
+STEPS = 1000
 #: Steps between two evaluations of the in-length validation loss.
 EVAL_EVERY = 100
 #: Nats: how close to the best arm's validation loss every run must come.
@@ -121,10 +122,10 @@ class LMConfig:
     num_valid: int = 500
     num_test: int = 500
     # model (see mha.translator.lm_model.CausalLM); the sinusoidal table covers test_len
-    d_model: int = 64
+    d_model: int = 32
     num_heads: int = 4
     num_layers: int = 2
-    d_ff: int = 128
+    d_ff: int = 64
     # optimisation (as mha.translator.training.TrainConfig)
     steps: int = STEPS
     eval_every: int = EVAL_EVERY
@@ -269,8 +270,10 @@ def run_one(seed: int, positions: str, steps: int = STEPS, **overrides: Any) -> 
         ``valid_loss`` (the last), ``valid_translation_accuracy``; per test position
         ``p = 1 .. test_len``: ``loss``, ``accuracy``, ``translation_accuracy`` (None
         where no target is on the translation side) and ``translation_count``;
-        ``train_seconds`` and ``eval_seconds``.
+        ``train_seconds`` and ``eval_seconds`` (wall), ``cpu_seconds`` (this process's
+        CPU time for the whole run, data included: what a busy machine does not inflate).
     """
+    cpu_start = time.process_time()
     config = replace(LMConfig(), seed=seed, positions=positions, steps=steps, **overrides)
     data = _data(config)
     model, curve, seconds = train_lm(config, data)
@@ -294,6 +297,7 @@ def run_one(seed: int, positions: str, steps: int = STEPS, **overrides: Any) -> 
         "translation_count": [int(c) for c in count],
         "train_seconds": round(seconds, 2),
         "eval_seconds": round(time.perf_counter() - start, 2),
+        "cpu_seconds": round(time.process_time() - cpu_start, 2),
     }
 
 
@@ -389,9 +393,11 @@ def run(
         raise ValueError(f"the short arm's scheme must be one of {LM_POSITIONS}, got {short}")
     tasks = [(p, s, steps) for s in seeds for p in schemes]
     short_tasks = [] if short is None else [(short[0], s, short[1]) for s in seeds]
+    load_before = os.getloadavg()[0]  # other work on the machine slows the wall time
     start = time.perf_counter()
     records = _execute(tasks + short_tasks, jobs, log)
     wall = time.perf_counter() - start
+    load_after = os.getloadavg()[0]
     runs, short_runs = records[: len(tasks)], records[len(tasks) :]
     rule = apply_rule(runs) | {"steps": steps, "eval_every": LMConfig.eval_every}
     if short_runs:
@@ -417,7 +423,11 @@ def run(
             "num_threads": config["num_threads"],
             "jobs": jobs,
             "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
             "wall_seconds": round(wall, 1),
+            # the runs' own CPU time: the wall time the command needs on `jobs` idle cores
+            "cpu_seconds": round(sum(r["cpu_seconds"] for r in records), 1),
+            "load_average": [round(load_before, 2), round(load_after, 2)],
         },
         "runs": runs,
         "short_runs": short_runs,
