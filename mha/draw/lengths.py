@@ -99,7 +99,7 @@ def length_curves_figure(
     height : float
         Inches per panel; the width is the book's.
     alt : str, optional
-        Alt text stored on the figure.
+        Alt text stored on the figure (default: one saying what is drawn).
     """
     if isinstance(measures, str) or not measures:
         raise ValueError(f"measures must be a non-empty sequence of names, got {measures!r}")
@@ -121,7 +121,8 @@ def length_curves_figure(
             x = np.arange(1, len(mean) + 1)
             color = HEAD_COLORS[k % len(HEAD_COLORS)]
             ax.fill_between(x, low, high, color=color, alpha=0.22, linewidth=0)
-            ax.plot(x, mean, color=color, linewidth=1.5, label=labels.get(scheme, scheme))
+            ax.plot(x, mean, color=color, linewidth=1.5, label=labels.get(scheme, scheme),
+                    gid="series")  # fmt: skip
         ax.axvline(train_len, color=GUIDE_COLOR, linestyle="--", linewidth=1.2, zorder=0,
                    label="training length L")  # fmt: skip
         if ylim is not None:
@@ -136,6 +137,11 @@ def length_curves_figure(
     axes[0, 0].legend(fontsize=TICK_PT, frameon=False, ncols=len(names) + 1,
                       loc="lower center", bbox_to_anchor=(0.5, 1.0))  # fmt: skip
     axes[-1, 0].set_xlabel("position p (tokens read so far)", fontsize=NAME_PT)
-    if alt:
-        set_alt_text(fig, alt)
+    if alt is None:  # a starting point: what is drawn, not what it shows
+        drawn = " and ".join(MEASURE_LABELS[m] for m in measures)
+        alt = (f"{drawn.capitalize()} against the position, 1 to {size}, one line per "
+               f"scheme ({', '.join(labels.get(s, s) for s in names)}) with the range "
+               f"of the seeds as a band, and a dashed line at the training length "
+               f"{train_len}.")  # fmt: skip
+    set_alt_text(fig, alt)
     return fig
