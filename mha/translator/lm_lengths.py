@@ -486,7 +486,7 @@ def format_table(results: dict[str, Any]) -> str:
     for title, name in (("next-token loss (nats)", "loss"),
                         ("translation accuracy", "translation"),
                         ("accuracy, every token", "accuracy")):  # fmt: skip
-        lines += ["", f"{title}, positions {size * 3 // 4 + 1}-p at p ="]
+        lines += ["", f"{title}, mean of the {size // 4} positions up to p"]
         lines.append(f"{'positions':<12}" + "".join(
             f"{c + f' (p={m * size})':<21}" for c, m in COLUMNS.items()).rstrip())
         for scheme, row in summary.items():
