@@ -265,10 +265,11 @@ def test_every_arm_learned_within_the_margin_under_the_cap(results):
 
 # The short arm, re-run: on the machine that wrote the file the run is bit-identical
 # (same seed, one thread); on another CPU training rounds differently and the numbers
-# move. MARGIN_RERUN is the largest change a simulated CPU (tools/simulated_cpu.py's
-# "avx2" and "baseline" profiles) made to the short arm's numbers with seed 0 (see the
-# report of issue 25), rounded up generously.
-MARGIN_RERUN = {"valid_loss": 0.03, "loss": 0.05}
+# move. Under tools/simulated_cpu.py's "avx2" and "baseline" profiles the short arm
+# with seed 0 moved its validation loss by at most 0.004 nats and its loss over the
+# last L/4 positions up to L and up to 4 L by at most 0.007 and 0.008 (issue 25);
+# MARGIN_RERUN is about three times that.
+MARGIN_RERUN = {"valid_loss": 0.012, "loss": 0.025}
 
 
 @pytest.mark.slow
