@@ -41,8 +41,10 @@ read as a run that does not generalise.
 The study also trains a short arm (:data:`SHORT`: one scheme, few steps, every seed),
 which ``tests/test_translator_lm_lengths.py`` re-runs in seconds to check that the
 command still reproduces the file. The results (configuration, data settings, the
-torch version and CPU they were measured with, and per run the validation curve, the
-per-position measures and the wall time) go to ``mha/translator/results/lm_lengths.json``
+torch version and CPU they were measured with, the command's wall time, the runs'
+total CPU time and the load average before and after (a shared machine makes the wall
+time longer than the CPU time divided by ``--jobs``), and per run the validation curve,
+the per-position measures, the wall and CPU times) go to ``mha/translator/results/lm_lengths.json``
 (:data:`RESULTS`); the command prints the table of mean, min and max per scheme. Runs
 are spread over ``--jobs`` processes of one torch thread each, with a progress line on
 stderr per finished run. Numbers from training differ a little from one CPU to another
