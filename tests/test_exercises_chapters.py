@@ -307,7 +307,8 @@ def decode_loops(q, k_cache, v_cache, k_new, v_new):
 
 
 def decode_variant(axis=2, prepend=False, forget_new=False, cache_unused=False, keep_old=False,
-                   swap=False, unscaled=False, wrong_axis=False, context_only=False):
+                   swap=False, unscaled=False, wrong_axis=False, context_only=False,
+                   naive=False):
     def candidate(q, k_cache, v_cache, k_new, v_new):
         if swap:
             k_new, v_new = v_new, k_new
@@ -323,7 +324,10 @@ def decode_variant(axis=2, prepend=False, forget_new=False, cache_unused=False, 
         scores = np.einsum("bhtd,bhsd->bhts", q, read_k) if axis == 2 else q @ np.swapaxes(
             read_k, -1, -2)
         scores = scores if unscaled else scores / np.sqrt(q.shape[-1])
-        weights = mha.softmax(scores, axis=-2 if wrong_axis else -1)
+        if naive:
+            weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+        else:
+            weights = mha.softmax(scores, axis=-2 if wrong_axis else -1)
         context = weights @ read_v
         if context_only:
             return context
@@ -446,6 +450,8 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
                      "Repeated along the features"),
         "H times": (lambda x, num_heads: np.repeat(x, num_heads, axis=1),
                     "copied num_heads times"),
+        "flattened": (lambda x, num_heads: np.repeat(x, num_heads // x.shape[1]),
+                      "np.repeat without an axis"),
         "reversed": (lambda x, num_heads: repeat_loops(x, num_heads)[:, ::-1],
                      "reverse order"),
     },
@@ -458,6 +464,7 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
         "old caches": (decode_variant(keep_old=True), "returned as they came in"),
         "k and v swapped": (decode_variant(swap=True), "k_new and v_new are swapped"),
         "unscaled": (decode_variant(unscaled=True), "No 1/sqrt(head_dim) scaling"),
+        "overflow": (decode_variant(naive=True), "exp overflows"),
         "softmax axis": (decode_variant(wrong_axis=True), "over the single query"),
         "context only": (decode_variant(context_only=True), "Only the context is returned"),
     },
@@ -482,11 +489,21 @@ def test_every_chapter_checker_is_tested_here() -> None:
     assert set(MISTAKES) == {name for name, _ in CORRECT}
 
 
-def test_appending_along_the_features_is_reported_with_the_shapes_hint(capsys) -> None:
-    """It raises on every case, so nothing tells it apart: the hint says what to print."""
-    verdict, out = run(capsys, "decode_step", decode_variant(axis=-1))
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_appending_along_the_wrong_axis_is_named_by_its_error(capsys, axis, framework):
+    """It raises on every case, so no output tells it apart: the error it raises does."""
+    def appends(q, k_cache, v_cache, k_new, v_new):
+        if framework == "torch":
+            k_cache, k_new = torch.from_numpy(k_cache), torch.from_numpy(k_new)
+            keys = torch.cat([k_cache, k_new], dim=axis)
+        else:
+            keys = np.concatenate([k_cache, k_new], axis=axis)
+        return decode_torch(q, k_cache, v_cache, k_new, v_new)[0], keys, keys
+
+    verdict, out = run(capsys, "decode_step", appends)
     assert verdict is False
-    assert "raised ValueError" in out and "(B, H, S + 1, Dh)" in out
+    assert "Likely mistake: Appended along the wrong axis" in out, out
 
 
 # --------------------------------------------------------------------------- the references

@@ -37,6 +37,7 @@ from ._inference import (
     _bytes_mistakes,
     _decode_cases,
     _decode_mistakes,
+    _decode_raised,
     _decode_step,
     _repeat_cases,
     _repeat_kv_heads,
@@ -115,7 +116,7 @@ _EXERCISES: dict[str, _Exercise] = {
     "padding_mask": _Exercise(
         _padding_cases,
         ("the mask",),
-        "lengths, max_len, an empty sequence, tokens",
+        "lengths as an array or a list, max_len, an empty sequence, tokens",
         _padding_mistakes(),
         "Write the mask for this input by hand: which positions are real tokens?",
         exact=True,
@@ -168,7 +169,8 @@ _EXERCISES: dict[str, _Exercise] = {
     "multi_head_attention": _Exercise(
         _mha_cases,
         ("output", "weights"),
-        "T != S, 2 to 4 heads, masks, a row with nothing to attend to, large scores, float32",
+        "T != S, 2 to 4 heads, masks, biases None, a row with nothing to attend to, large "
+        "scores, float32",
         _mha_mistakes(),
         "Compare each intermediate with mha.multi_head_attention_steps on this input "
         "(q, q_heads, scores, ..., merged, output).",
@@ -232,6 +234,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "Print the shapes of the grown caches, (B, H, S + 1, Dh), and compare the "
         "context with a full pass over all S + 1 positions.",
         reference=_decode_step,
+        raised=_decode_raised(),
     ),
     "repeat_kv_heads": _Exercise(
         _repeat_cases,
@@ -259,7 +262,8 @@ _EXERCISES: dict[str, _Exercise] = {
     "apply_rope": _Exercise(
         _rope_cases,
         ("the rotated x",),
-        "one pair, batches and heads, positions after a cache, another base, float32",
+        "one pair, batches and heads, positions after a cache, positions as a list, "
+        "another base, float32",
         _rope_mistakes(),
         "Rotate x (1, 1, 2) = [[[1, 0]]] at position 1 by hand: the result is "
         "(cos 1, sin 1).",

@@ -58,6 +58,9 @@ class _Exercise:
     # the correct function, when mha has none of this name (a step mha does inside a
     # larger function, such as one decoding step); None: mha.<name>
     reference: Callable[..., Any] | None = None
+    # mistakes that raise on every case, told by the error they raise: (fragments of
+    # the message, any of which names it; the diagnosis). Judged after the models.
+    raised: tuple[tuple[tuple[str, ...], _Mistake], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -300,6 +303,11 @@ def _judge(
                 and _agree(g.value, outs[i].value, exercise.exact, case.loose)
             ),
             None,
+        )
+    if matched is None and g.error is not None:
+        text = str(g.error)
+        matched = next(
+            (m for fragments, m in exercise.raised if any(f in text for f in fragments)), None
         )
     if matched is None:
         _say(f"{where}: {failure}.", f"Hint: {exercise.generic_hint}")

@@ -229,6 +229,12 @@ def _repeat_mistakes() -> tuple[_Mistake, ...]:
             "key/value head needs.",
         ),
         _Mistake(
+            lambda x, num_heads: np.repeat(x, num_heads // x.shape[1]),
+            "np.repeat without an axis: the array is flattened to one long row before "
+            "the copies are made.",
+            "np.repeat(x, n) flattens x first; name the axis that counts the heads.",
+        ),
+        _Mistake(
             _reversed_groups,
             "The groups are in reverse order: the last query heads read key/value "
             "head 0.",
@@ -267,7 +273,7 @@ def _decode_step(q: Any, k_cache: Any, v_cache: Any, k_new: Any, v_new: Any) -> 
 
 
 def _decode_model(
-    *, axis: int = -2, prepend: bool = False, attend_new: bool = True,
+    *, axis: int = -2, prepend: bool = False, naive: bool = False, attend_new: bool = True,
     attend_cache: bool = True, update: bool = True, scale: bool = True,
     softmax_axis: int = -1, swap_kv: bool = False, context_only: bool = False,
 ) -> Callable[..., Any]:
@@ -284,7 +290,12 @@ def _decode_model(
         scores = q @ np.swapaxes(read_k, -1, -2)  # (B, H, 1, S')
         if scale:
             scores = scores / np.sqrt(q.shape[-1])
-        context = mha.softmax(scores, axis=softmax_axis) @ read_v  # (B, H, 1, Dh)
+        if naive:  # exp without the shift by the maximum
+            exp = np.exp(scores)
+            weights = exp / exp.sum(axis=softmax_axis, keepdims=True)
+        else:
+            weights = mha.softmax(scores, axis=softmax_axis)
+        context = weights @ read_v  # (B, H, 1, Dh)
         if context_only:
             return context
         return (context, keys, values) if update else (context, k_cache, v_cache)
@@ -343,6 +354,13 @@ def _decode_mistakes() -> tuple[_Mistake, ...]:
             "softmax(q k^T / sqrt(Dh)) v.",
         ),
         _Mistake(
+            _decode_model(naive=True),
+            "NaN or inf on large scores (such as 1000) while small ones are right: exp "
+            "overflows (exp(710) is already inf in float64).",
+            "Subtracting each row's maximum score before exp leaves the softmax "
+            "unchanged and keeps exp in range.",
+        ),
+        _Mistake(
             _decode_model(softmax_axis=-2),
             "The softmax runs over the single query (axis -2): every weight is 1, so "
             "the context is the sum of the values, not their average.",
@@ -354,6 +372,27 @@ def _decode_mistakes() -> tuple[_Mistake, ...]:
             "Only the context is returned; decode_step returns (context, k_cache, "
             "v_cache) with the grown caches.",
             "The caller keeps the returned caches for the next step.",
+        ),
+    )
+
+
+# Appending along the features (or along the heads, with more than one cached position)
+# raises on every case: only the error tells it apart. NumPy's and PyTorch's messages.
+_WRONG_AXIS_ERRORS = ("except for the concatenation axis", "must match except in dimension")
+
+
+def _decode_raised() -> tuple[tuple[tuple[str, ...], _Mistake], ...]:
+    return (
+        (
+            _WRONG_AXIS_ERRORS,
+            _Mistake(
+                _decode_model(axis=-1),
+                "Appended along the wrong axis: the cache and the new position are joined "
+                "along another axis than the positions, so their sizes on the positions "
+                "axis (S and 1) clash.",
+                "The positions are axis 2 of (B, H, S, Dh): the caches grow to S + 1 "
+                "there, the other axes stay.",
+            ),
         ),
     )
 

@@ -148,6 +148,7 @@ def _padding_cases(rng: np.random.Generator) -> list[_Case]:
     return [
         _Case("lengths [3, 1, 4]", (np.array([3, 1, 4]),)),
         _Case("lengths [2, 5], max_len=7", (np.array([2, 5]),), {"max_len": 7}),
+        _Case("lengths as a list [2, 4, 1]", ([2, 4, 1],)),
         _Case(
             "lengths [0, 3], max_len=3: a sequence with nothing to attend to",
             (np.array([0, 3]),),
