@@ -892,7 +892,7 @@ def test_names_lists_every_chapters_functions() -> None:
         "score_std", "attention_entropy",  # 6
         "sequence_loss", "target_mask",  # 7
         "decode_step", "repeat_kv_heads", "sliding_window_mask", "kv_cache_bytes",  # 8
-        "apply_rope", "alibi_slopes",  # 9
+        "apply_rope", "alibi_slopes", "merge_tiles",  # 9
     }
     assert set(exercises.names()) == expected
     for name in exercises.names():

@@ -336,6 +336,59 @@ def decode_variant(axis=2, prepend=False, forget_new=False, cache_unused=False, 
     return candidate
 
 
+# --------------------------------------------------------------------------- chapter 9
+
+
+def merge_loops(m_a, l_a, a_a, m_b, l_b, a_b):
+    """Row by row, with Python floats; a tile with nothing allowed is skipped."""
+    m, l, a = np.empty_like(m_a), np.empty_like(l_a), np.empty_like(a_a)  # noqa: E741
+    for index in np.ndindex(*m_a.shape):
+        parts = [(mx, lx, ax[index]) for mx, lx, ax in
+                 ((m_a[index], l_a[index], a_a), (m_b[index], l_b[index], a_b))
+                 if mx != -math.inf]
+        top = max((p[0] for p in parts), default=-math.inf)
+        m[index] = top
+        l[index] = sum(math.exp(mx - top) * lx for mx, lx, _ in parts)
+        a[index] = sum((math.exp(mx - top) * ax for mx, _, ax in parts),
+                       np.zeros(a_a.shape[-1]))
+    return m, l, a
+
+
+def merge_torch(m_a, l_a, a_a, m_b, l_b, a_b):
+    """Through the log-sum-exp of each tile, in torch: log l + m, then logaddexp."""
+    m_a, l_a, a_a, m_b, l_b, a_b = map(torch.from_numpy, (m_a, l_a, a_a, m_b, l_b, a_b))
+    m = torch.maximum(m_a, m_b)
+    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    w_a, w_b = torch.exp(m_a - safe), torch.exp(m_b - safe)  # exp(-inf) = 0
+    return m, w_a * l_a + w_b * l_b, w_a[..., None] * a_a + w_b[..., None] * a_b
+
+
+def merge_variant(rescale="right", a_scaled=True, guard=True, keep="both", expand=True):
+    def candidate(m_a, l_a, a_a, m_b, l_b, a_b):
+        if keep == "larger":
+            pick = m_a >= m_b
+            return (np.where(pick, m_a, m_b), np.where(pick, l_a, l_b),
+                    np.where(pick[..., None], a_a, a_b))
+        m = np.maximum(m_a, m_b)
+        if rescale == "none":
+            f_a = f_b = 1.0
+        elif rescale == "inverted":
+            f_a, f_b = np.exp(m - m_a), np.exp(m - m_b)
+        elif guard:
+            f_a = np.exp(m_a - np.where(np.isneginf(m), 0, m))
+            f_b = np.exp(m_b - np.where(np.isneginf(m), 0, m))
+        else:
+            f_a, f_b = np.exp(m_a - m), np.exp(m_b - m)
+        l = f_a * l_a + f_b * l_b  # noqa: E741
+        if not a_scaled:
+            return m, l, a_a + a_b
+        if not expand:
+            return m, l, f_a * a_a + f_b * a_b
+        return m, l, np.expand_dims(f_a, -1) * a_a + np.expand_dims(f_b, -1) * a_b
+
+    return candidate
+
+
 CORRECT = [
     ("sinusoidal_positional_encoding", mha.sinusoidal_positional_encoding),
     ("sinusoidal_positional_encoding", pe_loops),
@@ -363,6 +416,9 @@ CORRECT = [
     ("decode_step", decode_torch),
     ("decode_step", decode_loops),
     ("decode_step", decode_variant(axis=-2)),
+    ("merge_tiles", merge_loops),
+    ("merge_tiles", merge_torch),
+    ("merge_tiles", merge_variant()),
 ]
 
 
@@ -467,6 +523,14 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
         "overflow": (decode_variant(naive=True), "exp overflows"),
         "softmax axis": (decode_variant(wrong_axis=True), "over the single query"),
         "context only": (decode_variant(context_only=True), "Only the context is returned"),
+    },
+    "merge_tiles": {
+        "no rescaling": (merge_variant(rescale="none"), "No rescaling"),
+        "inverted": (merge_variant(rescale="inverted"), "The rescaling is inverted"),
+        "a not rescaled": (merge_variant(a_scaled=False), "Only l is rescaled"),
+        "nan": (merge_variant(guard=False), "exp(-inf - (-inf)) is NaN"),
+        "larger only": (merge_variant(keep="larger"), "Only the tile with the larger"),
+        "no new axis": (merge_variant(expand=False), "without a new last axis"),
     },
 }
 
@@ -588,6 +652,25 @@ def test_entropy_reference_is_torchs_xlogy() -> None:
     w = mha.softmax(np.where(mha.causal_mask(4), np.arange(16.0).reshape(4, 4), -np.inf))
     got = exercises._EXERCISES["attention_entropy"].reference(w)
     np.testing.assert_allclose(got, entropy_torch(w).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_merging_two_key_tiles_gives_flash_attention() -> None:
+    """Tiles of keys 0-4 and 5-10, merged, give mha.flash_attention's context and
+    log-sum-exp over all 11 keys."""
+    rng = np.random.default_rng(7)
+    q, k, v = rng.normal(size=(3, 2, 4, 11, 3))  # (B, T or S, Dh)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(3)  # (B, T, S)
+    split = [np.s_[..., :5], np.s_[..., 5:]]
+    stats = []
+    for cols in split:
+        z = scores[cols]
+        m = z.max(axis=-1)
+        e = np.exp(z - m[..., None])
+        stats += [m, e.sum(-1), e @ v[..., cols[-1], :]]
+    m, l, a = exercises._EXERCISES["merge_tiles"].reference(*stats)  # noqa: E741
+    context, logsumexp = mha.flash_attention(q, k, v, block_size=4)
+    np.testing.assert_allclose(a / l[..., None], context, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(m + np.log(l), logsumexp, rtol=1e-12, atol=1e-12)
 
 
 def test_an_empty_cache_is_a_case(capsys) -> None:

@@ -73,6 +73,9 @@ from ._positions import (
     _slopes_mistakes,
 )
 from ._softmax import _softmax_cases, _softmax_mistakes
+from ._tiles import _merge_cases as _tile_cases
+from ._tiles import _merge_mistakes as _tile_mistakes
+from ._tiles import _merge_tiles
 from ._training import _loss_cases, _loss_mistakes, _sequence_loss
 from ._why import (
     _attention_entropy,
@@ -86,7 +89,7 @@ from ._why import (
 # Layout: this file holds the public API and the registry. _core.py runs a candidate,
 # compares it with mha and prints the report; each topic module holds the cases and
 # mistake models of its exercises (_softmax, _attention, _heads, _masks,
-# _multi_head_attention, _inference, _positions, _layers, _why, _training). An exercise
+# _multi_head_attention, _inference, _positions, _layers, _why, _training, _tiles). An exercise
 # whose function mha does not export names its reference (a step mha does inside a
 # larger function, such as one decoding step). Like the specification, the package
 # imports only NumPy and the top-level names of mha (mha.softmax, ...), never torch or
@@ -274,6 +277,15 @@ _EXERCISES: dict[str, _Exercise] = {
         "powers of two from 1 to 16 heads, and 3, 6 and 12 heads",
         _slopes_mistakes(),
         "Write the slopes for 8 heads by hand, then for 4, then fill in 6.",
+    ),
+    "merge_tiles": _Exercise(
+        _tile_cases,
+        ("m", "l", "a"),
+        "batches and heads, an empty tile, a row with nothing to attend to, large scores",
+        _tile_mistakes(),
+        "Merge by hand two tiles of one key each, scores 1 and 3: m' = 3, and "
+        "l' = e^(1 - 3) + 1.",
+        reference=_merge_tiles,
     ),
 }
 
