@@ -190,9 +190,14 @@ def marker_problems(path: Path) -> list[str]:
             continue
         rest = lines[number:]
         end = next((i for i, text in enumerate(rest) if not text.strip()), len(rest))
-        after = [text for text in rest[end:] if text.strip()][:3]
-        if not (after and after[0].startswith("```{code-cell}")
-                and any("hide-input" in text for text in after[1:])):
+        after = [text for text in rest[end:] if text.strip()]
+        header = []  # the cell's options: ":tags: ..." lines, or a YAML block
+        if after and after[0].startswith("```{code-cell}"):
+            if len(after) > 1 and after[1] == "---":
+                header = after[2 : after.index("---", 2)] if "---" in after[2:] else []
+            else:
+                header = [text for text in after[1:3] if text.startswith(":")]
+        if not any("hide-input" in text for text in header):
             found.append(f"  line {number}: not right above a hide-input cell: {line.strip()}")
     return found
 
@@ -209,10 +214,13 @@ def test_the_marker_rules_catch_the_old_voice(tmp_path: Path):
         "# T\nThe hidden\ncell below checks it. (The hidden code\nchecks both.)\n"
         "\u2713 checked: a claim\n\nprose, no cell\n\n"
         "\u2713 checked: another\n\n```{code-cell} ipython3\n:tags: [hide-input]\n\n```\n"
+        "\u2713 checked: a third\n\n```{code-cell} ipython3\n---\nmystnb: {}\n"
+        "tags: [hide-input]\n---\nx = 1\n```\n"
+        "\u2713 checked: a visible cell\n\n```{code-cell} ipython3\nx = 1\n```\n"
         "## Exercises\nReuse the hidden helpers.\n"
     )
     assert [line.split(":")[0] for line in hidden_cell_talk(page)] == ["  line 2", "  line 3"]
-    assert [line.split(":")[0] for line in marker_problems(page)] == ["  line 5"]
+    assert [line.split(":")[0] for line in marker_problems(page)] == ["  line 5", "  line 24"]
 
 
 def test_the_prose_reader_skips_code_roles_and_options(tmp_path: Path):
