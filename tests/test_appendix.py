@@ -25,15 +25,22 @@ CODE = re.compile(r"`([^`]+)`")
 
 
 def sheet_rows(text: str) -> list[tuple[list[str], list[str]]]:
-    """(expressions, shapes) of each row of the first table whose header names `mha`."""
+    """(expressions, shapes) of each row of the first table with an ``in `mha` `` column."""
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| tensor | in `mha`"))
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("|") and "in `mha`" in cells(line))
+    header = cells(lines[start])
+    code, shape = header.index("in `mha`"), header.index("shape")
     rows = []
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows.append((CODE.findall(cells[1]), CODE.findall(cells[2])))
+        row = cells(line)
+        rows.append((CODE.findall(row[code]), CODE.findall(row[shape])))
     return rows
 
 
@@ -81,7 +88,7 @@ def test_every_row_of_the_cheat_sheet_has_the_shape_it_says():
 
 def test_the_cheat_sheet_check_catches_a_wrong_row():
     text = SHEET.read_text().replace(
-        "| `steps.q_heads` | `(B, H, T, Dh)` |", "| `steps.q_heads` | `(B, T, H, Dh)` |"
+        "| `(B, H, T, Dh)` | `steps.q_heads` |", "| `(B, T, H, Dh)` | `steps.q_heads` |"
     )
     assert sheet_problems(text) == [
         "steps.q_heads is (2, 4, 3, 6), the table says (B, T, H, Dh) = (2, 3, 4, 6)"
