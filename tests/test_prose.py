@@ -152,11 +152,12 @@ def prose_sections(path: Path) -> Iterator[tuple[str, list[tuple[int, str]]]]:
     yield heading, lines
 
 
-def hidden_cell_talk(path: Path) -> list[str]:
-    """Sentences about hidden cells, outside the Exercises sections."""
+def hidden_cell_talk(path: Path, keep_out: bool = True) -> list[str]:
+    """Sentences about hidden cells, outside the Exercises sections (and, with
+    ``keep_out``, outside the sections listed in ``KEEP_OUT``)."""
     found = []
     for heading, lines in prose_sections(path):
-        if heading == "## Exercises" or (path.stem, heading) in KEEP_OUT:
+        if heading == "## Exercises" or (keep_out and (path.stem, heading) in KEEP_OUT):
             continue
         for index, (number, text) in enumerate(lines):
             # a phrase may wrap: read each line with the start of the next
@@ -200,6 +201,15 @@ def marker_problems(path: Path) -> list[str]:
         if not any("hide-input" in text for text in header):
             found.append(f"  line {number}: not right above a hide-input cell: {line.strip()}")
     return found
+
+
+@pytest.mark.parametrize(("stem", "heading"), sorted(KEEP_OUT))
+def test_each_kept_out_section_still_needs_its_exemption(stem: str, heading: str):
+    page = next(p for p in PAGES if p.stem == stem)
+    assert heading in page.read_text().splitlines(), f"{stem}: no section {heading!r}"
+    assert len(hidden_cell_talk(page, keep_out=False)) > len(hidden_cell_talk(page)), (
+        f"{stem}: {heading!r} no longer talks about hidden cells: drop it from KEEP_OUT"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
