@@ -3,6 +3,8 @@
 Import as ``from mha import draw``. Every function returns a
 :class:`matplotlib.figure.Figure`; chapters end the cell with ``plt.show()``.
 
+- the idea, for one word: :func:`one_word_figure` (one query's weights over its
+  sentence)
 - colours: :data:`HEAD_COLORS`, :func:`head_color` (one colour per head, the same
   in every figure), :func:`alt_text` (a starting point for a figure's alt text)
 - tensors: :func:`tensor_grid`, :func:`split_heads_figure`, :func:`merge_heads_figure`
@@ -32,6 +34,7 @@ from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.inference import grouped_heads_figure, kv_cache_figure
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
 from mha.draw.module import multi_head_attention_figure
+from mha.draw.one_word import one_word_figure
 from mha.draw.online_softmax import online_softmax_figure
 from mha.draw.pipeline import attention_pipeline_figure
 from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
@@ -65,6 +68,7 @@ __all__ = [
     "matmul_per_head_figure",
     "merge_heads_figure",
     "multi_head_attention_figure",
+    "one_word_figure",
     "online_softmax_figure",
     "padding_mask_figure",
     "rope_figure",
