@@ -23,6 +23,8 @@ Import as ``from mha import draw``. Every function returns a
   :class:`RefLine`), :func:`vectors_figure`
 - positions: :func:`rope_figure` (RoPE turning a query and a key),
   :func:`alibi_figure` (ALiBi's bias per head)
+- length generalisation: :func:`length_curves_figure` (a measure against position per
+  scheme, from ``python -m mha.translator.lm_lengths``'s results), :func:`length_curves`
 
 Figures are at most 8 inches wide (the book's text width at 100 dpi), use no
 font below 8 pt, and have a white background so they read in dark mode too.
@@ -32,6 +34,7 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 from mha.draw.alibi import alibi_figure
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.inference import grouped_heads_figure, kv_cache_figure
+from mha.draw.lengths import length_curves, length_curves_figure
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
 from mha.draw.module import multi_head_attention_figure
 from mha.draw.one_word import one_word_figure
@@ -63,6 +66,8 @@ __all__ = [
     "head_color",
     "head_fill",
     "kv_cache_figure",
+    "length_curves",
+    "length_curves_figure",
     "mask_figure",
     "masks_figure",
     "matmul_per_head_figure",
