@@ -273,7 +273,7 @@ class Transformer(nn.Module):
         Parameters
         ----------
         tgt_in : Tensor
-            ``(B, T)`` decoder input ids (target shifted right, starting with BOS).
+            ``(B, T)`` decoder input ids (target shifted right, starting with ``<s>``).
         memory : Tensor
             ``(B, S, D)`` from :meth:`encode`.
         src : Tensor
