@@ -602,6 +602,28 @@ def test_transformer_figure_highlights_the_three_attentions():
     assert len([p for p in ax.patches if p.get_gid() == "layer"]) == 2
 
 
+def test_transformer_figure_keeps_every_label_inside_its_box():
+    """A box's label fits the box, with a margin for the border."""
+    fig = draw.transformer_figure()
+    (ax,) = fig.axes
+    renderer = fig.canvas.get_renderer()
+    boxes = [p.get_window_extent(renderer) for p in ax.patches
+             if p.get_gid() in {"attention", "block"}]
+    checked = 0
+    for text in ax.texts:
+        bb = text.get_window_extent(renderer)
+        centre = ((bb.x0 + bb.x1) / 2, (bb.y0 + bb.y1) / 2)
+        around = [b for b in boxes if b.contains(*centre)]
+        if not around:
+            continue  # a label outside the boxes (title, arrows, sentences)
+        box = min(around, key=lambda b: b.width)  # the innermost
+        assert box.x0 + 2 <= bb.x0 and bb.x1 <= box.x1 - 2, text.get_text()
+        assert box.y0 <= bb.y0 and bb.y1 <= box.y1, text.get_text()
+        checked += 1
+    assert checked == len(boxes) == 14  # one label in each of the 14 boxes
+    plt.close(fig)
+
+
 def test_transformer_figure_draws_a_residual_round_every_sublayer():
     fig = draw.transformer_figure()
     (ax,) = fig.axes

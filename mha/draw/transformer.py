@@ -158,7 +158,7 @@ def transformer_figure(*, source: str = "You are welcome",
         ("(2) decoder causal self-attention\nQ, K, V all from the target so far\n"
          "mask: causal AND target padding", 0.78, dec, "attention"),
         ("add & norm", 0.32, None, "block"),
-        ("(3) cross-attention (encoder-decoder)\nQ from the decoder, K and V from memory\n"
+        ("(3) cross-attention (encoder-decoder)\nQ from decoder, K and V from memory\n"
          "mask: source padding", 0.78, cross, "attention"),
         ("add & norm", 0.32, None, "block"),
         ("feed-forward", 0.4, None, "block"),
