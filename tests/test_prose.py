@@ -131,13 +131,6 @@ MARKER = "\u2713 checked: "  # ✓ checked: <what>
 HIDDEN_CELL_TALK = re.compile(
     r"\bhidden\s+(?:\w+\s+)?(?:cells?|code|helpers?|checks?)\b|hidden behind", re.IGNORECASE
 )
-# Sections whose prose another change rewrites; each is a (page, heading) pair.
-# The Exercises are issue 24's exercise work; the rest say why.
-KEEP_OUT = {
-    # chapter 9's length experiment is being rewritten (issue 24); drop this entry
-    # when that lands, so that the rule reaches it.
-    ("09_positions_and_tiles", "## Does the choice help on longer sentences?"),
-}
 
 
 def prose_sections(path: Path) -> Iterator[tuple[str, list[tuple[int, str]]]]:
@@ -152,12 +145,11 @@ def prose_sections(path: Path) -> Iterator[tuple[str, list[tuple[int, str]]]]:
     yield heading, lines
 
 
-def hidden_cell_talk(path: Path, keep_out: bool = True) -> list[str]:
-    """Sentences about hidden cells, outside the Exercises sections (and, with
-    ``keep_out``, outside the sections listed in ``KEEP_OUT``)."""
+def hidden_cell_talk(path: Path) -> list[str]:
+    """Sentences about hidden cells, outside the Exercises sections."""
     found = []
     for heading, lines in prose_sections(path):
-        if heading == "## Exercises" or (keep_out and (path.stem, heading) in KEEP_OUT):
+        if heading == "## Exercises":
             continue
         for index, (number, text) in enumerate(lines):
             # a phrase may wrap: read each line with the start of the next
@@ -201,15 +193,6 @@ def marker_problems(path: Path) -> list[str]:
         if not any("hide-input" in text for text in header):
             found.append(f"  line {number}: not right above a hide-input cell: {line.strip()}")
     return found
-
-
-@pytest.mark.parametrize(("stem", "heading"), sorted(KEEP_OUT))
-def test_each_kept_out_section_still_needs_its_exemption(stem: str, heading: str):
-    page = next(p for p in PAGES if p.stem == stem)
-    assert heading in page.read_text().splitlines(), f"{stem}: no section {heading!r}"
-    assert len(hidden_cell_talk(page, keep_out=False)) > len(hidden_cell_talk(page)), (
-        f"{stem}: {heading!r} no longer talks about hidden cells: drop it from KEEP_OUT"
-    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
