@@ -210,6 +210,16 @@ async (options) => (await axe.run(document, options)).violations.flatMap(
 """
 
 
+# Every finite CSS transition or animation running on the page, to its end.
+FINISH_TRANSITIONS_JS = """
+async () => {
+  const finite = document.getAnimations().filter(
+    a => Number.isFinite(a.effect.getComputedTiming().endTime));
+  await Promise.all(finite.map(a => a.finished.catch(() => null)));
+}
+"""
+
+
 # At a phone's width, what changes there: boxes that now scroll (reachable by the
 # keyboard, each named once), the hint lines' contrast, and the landmarks.
 PHONE_RULES = ["scrollable-region-focusable", "landmark-unique", "aria-prohibited-attr",
@@ -232,6 +242,9 @@ def accessibility_problems(page, phone: bool = False) -> list[str]:
     found = []
     for mode, options in runs:
         page.evaluate(f"document.documentElement.dataset.theme = '{mode.split(',')[0]}'")
+        # Colours measured half-way through a fade (a cell just opened, the theme
+        # just switched) are neither the old nor the new ones: wait for the end.
+        page.evaluate(FINISH_TRANSITIONS_JS)
         for v in page.evaluate(AXE_RUN_JS, options):
             if (v["rule"], v["target"]) not in AXE_KNOWN:
                 found.append(f"axe {v['impact']} {v['rule']} ({mode}): {v['target']}: "
