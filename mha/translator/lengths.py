@@ -349,16 +349,18 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _comma_list(text: str) -> list[str]:
+def comma_list(text: str) -> list[str]:
+    """An argparse type: ``"a, b"`` -> ``["a", "b"]`` (both length studies use it)."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"not a comma-separated list: {text!r}")
     return items
 
 
-def _seed_list(text: str) -> list[int]:
+def seed_list(text: str) -> list[int]:
+    """An argparse type: ``"0,1,2"`` -> ``[0, 1, 2]``."""
     try:
-        return [int(t) for t in _comma_list(text)]
+        return [int(t) for t in comma_list(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of seeds: {text!r}") from None
 
@@ -370,12 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--positions",
-        type=_comma_list,
+        type=comma_list,
         default=list(POSITIONS),
         help=f"comma-separated schemes (default {','.join(POSITIONS)})",
     )
     parser.add_argument(
-        "--seeds", type=_seed_list, default=list(SEEDS), help="comma-separated (default 0-4)"
+        "--seeds", type=seed_list, default=list(SEEDS), help="comma-separated (default 0-4)"
     )
     parser.add_argument("--steps", type=int, default=STEPS, help=f"default {STEPS}")
     parser.add_argument(

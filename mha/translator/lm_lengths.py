@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mha.threads import num_threads
+from mha.translator.lengths import comma_list, seed_list
 from mha.translator.lm_data import LMData, generate_lm_data
 from mha.translator.lm_model import LM_POSITIONS, CausalLM
 from mha.translator.training import noam_lr
@@ -507,28 +508,14 @@ def dumps(results: dict[str, Any]) -> str:
     ) + "\n"
 
 
-def _comma_list(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list: {text!r}")
-    return items
-
-
-def _seed_list(text: str) -> list[int]:
-    try:
-        return [int(t) for t in _comma_list(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of seeds: {text!r}") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run, write the results file, print the table."""
     parser = argparse.ArgumentParser(
         prog="python -m mha.translator.lm_lengths", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--positions", type=_comma_list, default=list(LM_POSITIONS),
+    parser.add_argument("--positions", type=comma_list, default=list(LM_POSITIONS),
                         help=f"comma-separated schemes (default {','.join(LM_POSITIONS)})")
-    parser.add_argument("--seeds", type=_seed_list, default=list(SEEDS),
+    parser.add_argument("--seeds", type=seed_list, default=list(SEEDS),
                         help="comma-separated (default 0-4)")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"default {STEPS}")
     parser.add_argument("--short-steps", type=int, default=SHORT[1],
