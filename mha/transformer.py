@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from mha._checks import check_non_negative_int, check_positive_int
+from mha._checks import check_non_negative_int, check_positive_int, check_rope_head_dim
 from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
 from mha.positional import sinusoidal_positional_encoding
@@ -133,12 +133,8 @@ class Transformer(nn.Module):
         pad_id = check_non_negative_int(pad_id, "pad_id")
         if not isinstance(positions, str) or positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
-        if positions == "rope" and d_model % num_heads == 0 and d_model // num_heads % 2:
-            raise ValueError(
-                f"positions='rope' rotates pairs of dimensions: head_dim = d_model / "
-                f"num_heads = {d_model // num_heads} must be even (d_model={d_model}, "
-                f"num_heads={num_heads})"
-            )
+        if positions == "rope":
+            check_rope_head_dim(d_model, num_heads)
         # The architecture is recorded as given, not read back from the submodules later
         # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
         self.config: dict[str, object] = {

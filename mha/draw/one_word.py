@@ -18,11 +18,11 @@ from matplotlib.figure import Figure
 
 from mha.draw.style import (
     EDGE_COLOR,
-    MAX_WIDTH,
     NAME_PT,
     TICK_PT,
     TITLE_PT,
     VALUE_PT,
+    check_figure_size,
     check_int_in_range,
     format_value,
     head_color,
@@ -88,11 +88,7 @@ def one_word_figure(
         raise ValueError(f"weights must sum to 1 (a softmax row), got sum {w.sum():.6g}")
     q = check_int_in_range(query, "query", 0, len(words) - 1)
     check_int_in_range(decimals, "decimals", 0, 6)
-    if not (0 < width <= MAX_WIDTH and 0 < height <= 6):
-        raise ValueError(
-            f"width must be in (0, {MAX_WIDTH}] and height in (0, 6] inches, "
-            f"got {width} x {height}"
-        )
+    check_figure_size(width, height)
 
     fig, ax = plt.subplots(figsize=(width, height), facecolor="white")
     x = np.arange(len(words))

@@ -28,6 +28,7 @@ from mha.draw.style import (
     TICK_PT,
     TITLE_PT,
     VALUE_PT,
+    check_figure_size,
     set_alt_text,
     to_numpy,
 )
@@ -88,14 +89,6 @@ class CurvePanel(NamedTuple):
     hlines: Sequence[RefLine] = ()
     legend: str | None = "best"
     legend_columns: int = 1
-
-
-def _check_size(width: float, height: float) -> None:
-    if not 0 < width <= MAX_WIDTH or not height > 0:
-        raise ValueError(
-            f"width must be in (0, {MAX_WIDTH}] inches and height positive, "
-            f"got width={width!r}, height={height!r}"
-        )
 
 
 def _xy(series: Series, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +226,7 @@ def curves_figure(
     if not len(panels):
         raise ValueError("panels must be a non-empty sequence of draw.CurvePanel")
     checked = [_check_panel(p, f"panels[{i}]") for i, p in enumerate(panels)]
-    _check_size(width, height)
+    check_figure_size(width, height)
     if width_ratios is not None and len(width_ratios) != len(panels):
         raise ValueError(
             f"width_ratios has {len(width_ratios)} entries but there are {len(panels)} panels"
@@ -340,7 +333,7 @@ def vectors_figure(
     colors = list(colors) if colors is not None else [
         HEAD_COLORS[i % len(HEAD_COLORS)] for i in range(n)
     ]
-    _check_size(width, height)
+    check_figure_size(width, height)
 
     fig, ax = plt.subplots(figsize=(width, height), facecolor="white")
     _style_axes(ax)

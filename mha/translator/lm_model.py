@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from mha._checks import check_positive_int
+from mha._checks import check_divisible, check_positive_int, check_rope_head_dim
 from mha.layers import EncoderLayer
 from mha.positional import sinusoidal_positional_encoding
 from mha.positional_torch import alibi_bias
@@ -80,11 +80,9 @@ class CausalLM(nn.Module):
         max_len = check_positive_int(max_len, "max_len")
         if not isinstance(positions, str) or positions not in LM_POSITIONS:
             raise ValueError(f"positions must be one of {LM_POSITIONS}, got {positions!r}")
-        if positions == "rope" and (d_model % num_heads or d_model // num_heads % 2):
-            raise ValueError(
-                f"positions='rope' needs an even head_dim = d_model / num_heads, got "
-                f"d_model={d_model}, num_heads={num_heads}"
-            )
+        check_divisible(d_model, num_heads)
+        if positions == "rope":
+            check_rope_head_dim(d_model, num_heads)
         self.d_model, self.num_heads, self.max_len = d_model, num_heads, max_len
         self.positions = positions
         self.embedding = nn.Embedding(vocab_size, d_model)
