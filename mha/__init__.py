@@ -33,7 +33,7 @@ H   number of heads (``num_heads``)
 T   target / query length
 S   source / key length (``S == T`` for self-attention)
 D   model width (``d_model``)
-Dh  per-head width (``head_dim = D // H``; the paper's d_k, the seeds' "query size")
+Dh  per-head width (``head_dim = D // H``; the paper's d_k, the articles' "query size")
 V   vocabulary size
 
 Mask convention: boolean, ``True`` = may attend (as in

@@ -77,6 +77,17 @@ def check_divisible(d_model: int, num_heads: int) -> int:
     return d_model // num_heads
 
 
+def check_rope_head_dim(d_model: int, num_heads: int) -> None:
+    """RoPE rotates pairs of features: a model using it needs an even ``head_dim``
+    (a remainder of ``d_model / num_heads`` is :func:`check_divisible`'s to report)."""
+    if d_model % num_heads == 0 and d_model // num_heads % 2:
+        raise ValueError(
+            f"positions='rope' rotates pairs of dimensions: head_dim = d_model / "
+            f"num_heads = {d_model // num_heads} must be even (d_model={d_model}, "
+            f"num_heads={num_heads})"
+        )
+
+
 def check_kv_heads(num_heads: int, num_kv_heads: object) -> int:
     """Return the group size ``num_heads // num_kv_heads`` of grouped-query attention:
     ``num_kv_heads`` must be a positive integer that divides ``num_heads``."""

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mha._checks import check_positive_int, check_queries_and_keys
 
-__all__ = ["alibi_bias", "alibi_slopes", "apply_rope"]
+__all__ = ["alibi_bias", "alibi_bias_directional", "alibi_slopes", "apply_rope"]
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
@@ -122,4 +122,43 @@ def alibi_bias(
     offset = keys[None, :] - queries[:, None]  # (1, S) - (T, 1) -> (T, S): j - i
     offset = offset.clamp(max=0) if causal else -offset.abs()  # integers: never -0
     bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S)
+    return bias.to(dtype or torch.get_default_dtype())
+
+
+def alibi_bias_directional(
+    num_heads: int,
+    size: int,
+    *,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """A bidirectional ALiBi that tells left from right, for an encoder.
+
+    The symmetric bias ``-slope_h * |i - j|`` (``alibi_bias(..., causal=False)``) gives a
+    key three words to the left the same score as one three words to the right, so an
+    encoder using it cannot tell a sentence from its mirror image. Here head ``h``
+    lowers keys to its left (``j < i``) with the paper's slope ``s_h`` and keys to its
+    right (``j > i``) with the slope of the head at the other end, ``s_{H-1-h}``: the
+    first head looks mostly left, the last mostly right, and (for ``H > 1``) no head's
+    bias is its own mirror image. For one head the two slopes coincide and this is the
+    symmetric bias. (ALiBi's paper defines only the causal bias; this variant is ours.)
+
+    Parameters
+    ----------
+    num_heads, size : int
+        ``H`` and ``T``: queries and keys are the same ``T`` positions.
+
+    Returns
+    -------
+    Tensor
+        ``(H, T, T)``, ``<= 0``, zero on the diagonal.
+    """
+    size, _ = check_queries_and_keys(size, None)
+    left = alibi_slopes(num_heads, dtype=torch.float64, device=device)  # (H,)
+    right = left.flip(0)  # (H,): head h gets head H-1-h's slope to the right
+    positions = torch.arange(size, device=device)  # (T,)
+    offset = positions[None, :] - positions[:, None]  # (1, T) - (T, 1) -> (T, T): j - i
+    before = offset.clamp(max=0)  # (T, T): j - i where j < i, else 0
+    after = -offset.clamp(min=0)  # (T, T): i - j where j > i, else 0
+    bias = left[:, None, None] * before + right[:, None, None] * after  # (H, T, T)
     return bias.to(dtype or torch.get_default_dtype())

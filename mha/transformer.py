@@ -20,18 +20,18 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from mha._checks import check_non_negative_int, check_positive_int
+from mha._checks import check_non_negative_int, check_positive_int, check_rope_head_dim
 from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
 from mha.positional import sinusoidal_positional_encoding
-from mha.positional_torch import alibi_bias
+from mha.positional_torch import alibi_bias, alibi_bias_directional
 from mha.token_masks import check_token_ids, source_mask, target_mask
 
 __all__ = ["POSITIONS", "AttentionMaps", "Transformer"]
 
 
 #: The position schemes a :class:`Transformer` can use (its ``positions`` argument).
-POSITIONS = ("sinusoidal", "rope", "alibi")
+POSITIONS = ("sinusoidal", "rope", "alibi", "alibi_directional")
 
 
 @dataclass
@@ -81,7 +81,10 @@ class Transformer(nn.Module):
         positions, :func:`mha.positional_torch.apply_rope`; needs an even head_dim) or
         ``"alibi"`` (ALiBi: ``-slope * distance`` added to the self-attention scores,
         :func:`mha.positional_torch.alibi_bias`, symmetric in the encoder and causal in the
-        decoder). With RoPE and ALiBi no table is added to the embeddings, and the
+        decoder) or ``"alibi_directional"`` (the same, but the encoder's bias has
+        different slopes to the left and to the right,
+        :func:`mha.positional_torch.alibi_bias_directional`, so it tells a sentence from
+        its mirror image). With RoPE and ALiBi no table is added to the embeddings, and the
         cross-attention gets no position information (its queries and keys come from
         two different sequences).
 
@@ -130,12 +133,8 @@ class Transformer(nn.Module):
         pad_id = check_non_negative_int(pad_id, "pad_id")
         if not isinstance(positions, str) or positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
-        if positions == "rope" and d_model % num_heads == 0 and d_model // num_heads % 2:
-            raise ValueError(
-                f"positions='rope' rotates pairs of dimensions: head_dim = d_model / "
-                f"num_heads = {d_model // num_heads} must be even (d_model={d_model}, "
-                f"num_heads={num_heads})"
-            )
+        if positions == "rope":
+            check_rope_head_dim(d_model, num_heads)
         # The architecture is recorded as given, not read back from the submodules later
         # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
         self.config: dict[str, object] = {
@@ -211,7 +210,11 @@ class Transformer(nn.Module):
         positions ``(T,)`` (absolute, so a cached decoder rotates each new query at its
         place); neither for the sinusoidal table, which is already in ``x``."""
         score_bias = rope_positions = None
-        if self.positions == "alibi" and size > 0:  # no new position: nothing to bias
+        if self.positions == "alibi_directional" and not causal and size > 0:
+            score_bias = alibi_bias_directional(
+                self.num_heads, size, dtype=x.dtype, device=x.device
+            )  # (H, T, T): the encoder, which attends both ways
+        elif self.positions.startswith("alibi") and size > 0:  # no new position: no bias
             score_bias = alibi_bias(
                 self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
             )  # (H, T, S)
@@ -266,7 +269,7 @@ class Transformer(nn.Module):
         Parameters
         ----------
         tgt_in : Tensor
-            ``(B, T)`` decoder input ids (target shifted right, starting with BOS).
+            ``(B, T)`` decoder input ids (target shifted right, starting with ``<s>``).
         memory : Tensor
             ``(B, S, D)`` from :meth:`encode`.
         src : Tensor

@@ -155,11 +155,20 @@ def check_page(
         page.evaluate(OPEN_ALL_JS)
         layout = page.evaluate(LAYOUT_JS)
         found += accessibility_problems(page)
+        small = None
         if phone is not None:
             page.set_viewport_size({"width": phone[0], "height": phone[1]})
+            page.evaluate(SETTLE_JS)
             small = page.evaluate(LAYOUT_JS)
+            found += accessibility_problems(page, phone=True)
     finally:
         page.close()
+    for shown in (layout, small):
+        if shown is not None and shown["page"]:
+            wide = shown["page"]
+            found.append(
+                f"page wider than a {wide['clientWidth']} px window: {wide['scrollWidth']} px; "
+                "sticking out: " + "; ".join(wide["outermost"]))
     found += [f"code scrolls sideways: {c}" for c in layout["code"]]
     found += [f"output scrolls sideways: {o}" for o in layout["outputs"]]
     for fig in layout["figures"]:
@@ -171,6 +180,8 @@ def check_page(
     if phone is not None:
         width = phone[0]
         found += [f"equation wider than a {width} px column: {e}" for e in small["equations"]]
+        found += [f"scrolls sideways at {width} px with no sign of it: {t}"
+                  for t in small["silent"]]
         found += [
             f"figure scaled down at {width} px with no link to its full size: {f['src']}"
             for f in small["figures"]
@@ -199,16 +210,41 @@ async (options) => (await axe.run(document, options)).violations.flatMap(
 """
 
 
-def accessibility_problems(page) -> list[str]:
+# Every finite CSS transition or animation running on the page, to its end.
+FINISH_TRANSITIONS_JS = """
+async () => {
+  const finite = document.getAnimations().filter(
+    a => Number.isFinite(a.effect.getComputedTiming().endTime));
+  await Promise.all(finite.map(a => a.finished.catch(() => null)));
+}
+"""
+
+
+# At a phone's width, what changes there: boxes that now scroll (reachable by the
+# keyboard, each named once), the hint lines' contrast, and the landmarks.
+PHONE_RULES = ["scrollable-region-focusable", "landmark-unique", "aria-prohibited-attr",
+               "aria-allowed-role", "color-contrast", "region"]
+
+
+def accessibility_problems(page, phone: bool = False) -> list[str]:
     """What axe-core finds on the open page (every hidden cell shown), light and dark.
 
     All of axe's default rules (WCAG 2.x A and AA, best practices) in light mode, then
-    colour contrast again in dark mode; a finding listed in ``AXE_KNOWN`` is not a
-    problem."""
-    page.add_script_tag(path=str(AXE))
+    colour contrast again in dark mode; with ``phone`` (the page already at a phone's
+    width and axe loaded), ``PHONE_RULES`` in light mode and colour contrast in dark
+    mode. A finding listed in ``AXE_KNOWN`` is not a problem."""
+    runs = (("light", {}), ("dark", {"runOnly": ["color-contrast"]}))
+    if phone:
+        runs = (("light, phone", {"runOnly": PHONE_RULES}),
+                ("dark, phone", {"runOnly": ["color-contrast"]}))
+    else:
+        page.add_script_tag(path=str(AXE))
     found = []
-    for mode, options in (("light", {}), ("dark", {"runOnly": ["color-contrast"]})):
-        page.evaluate(f"document.documentElement.dataset.theme = '{mode}'")
+    for mode, options in runs:
+        page.evaluate(f"document.documentElement.dataset.theme = '{mode.split(',')[0]}'")
+        # Colours measured half-way through a fade (a cell just opened, the theme
+        # just switched) are neither the old nor the new ones: wait for the end.
+        page.evaluate(FINISH_TRANSITIONS_JS)
         for v in page.evaluate(AXE_RUN_JS, options):
             if (v["rule"], v["target"]) not in AXE_KNOWN:
                 found.append(f"axe {v['impact']} {v['rule']} ({mode}): {v['target']}: "
@@ -259,6 +295,9 @@ OPEN_ALL_JS = """
 }
 """
 
+# After a resize: two animation frames, so that scripts reacting to it have run.
+SETTLE_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
 LAYOUT_JS = """
 () => {
   const label = el => {
@@ -284,7 +323,38 @@ LAYOUT_JS = """
     scale: img.naturalWidth ? img.clientWidth / img.naturalWidth : 1,
     zoom: !!(img.closest('a') && img.closest('a').getAttribute('href') === img.getAttribute('src')),
   }));
-  return {code, outputs, equations, figures};
+  // The page itself: wider than the window means the reader scrolls the whole page
+  // sideways. Named by the outermost elements that stick out past the window's right
+  // edge (not those inside a box that scrolls on its own).
+  const root = document.documentElement;
+  const clips = el => {
+    for (let a = el.parentElement; a && a !== root; a = a.parentElement) {
+      const over = getComputedStyle(a).overflowX;
+      if (over !== 'visible' && over !== 'clip') return true;
+    }
+    return false;
+  };
+  let page = null;
+  if (root.scrollWidth > root.clientWidth) {
+    const out = Array.from(document.body.querySelectorAll('*')).filter(el => {
+      const r = el.getBoundingClientRect();
+      return r.width > 0 && r.right > root.clientWidth + 1 && !clips(el);
+    });
+    const outermost = out.filter(el => !out.includes(el.parentElement)).slice(0, 3)
+      .map(el => el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+        ? '.' + el.className.trim().split(/\\s+/).join('.') : '') + ' "' +
+        (el.textContent || '').trim().slice(0, 50) + '"');
+    page = {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, outermost};
+  }
+  // A table or printed output wider than its box must say that it scrolls: a line
+  // above it, and the keyboard can reach it (book/_static/table-scroll.js).
+  const silent = Array.from(document.querySelectorAll(
+      '.pst-scrollable-table-container, .cell_output pre')).filter(wide).filter(el => {
+    const hint = el.previousElementSibling;
+    const shown = hint && hint.classList.contains('scroll-hint') && hint.offsetHeight > 0;
+    return !(shown && el.tabIndex === 0 && el.getAttribute('aria-label'));
+  }).map(label);
+  return {code, outputs, equations, figures, page, silent};
 }
 """
 

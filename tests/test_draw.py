@@ -40,7 +40,7 @@ from mha.draw.style import (
 from mha.notebook import setup_figures
 
 SRC = ["You", "are", "welcome"]
-TGT = ["<bos>", "De", "nada"]
+TGT = ["<s>", "De", "nada"]
 OKABE_ITO = {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
 
 
@@ -344,7 +344,7 @@ def test_kv_cache_figure_grows_the_cache_one_column_per_step():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(1, 4, 8))
     params = mha.AttentionParams.init(8, seed=2, kv_dim=4)  # 4 query heads, 2 kv heads
-    tokens = ["<bos>", "a", "b", "c"]
+    tokens = ["<s>", "a", "b", "c"]
     fig = draw.kv_cache_figure(x, params, 4, head=3, tokens=tokens)
     full = mha.multi_head_attention_steps(x, x, x, params, 4, mask=mha.causal_mask(4))
     axes = grid_axes(fig)
@@ -597,9 +597,31 @@ def test_transformer_figure_highlights_the_three_attentions():
     ]
     labels = " ".join(t.get_text() for t in ax.texts)
     for name in ("encoder self-attention", "decoder causal self-attention", "cross-attention",
-                 "K, V", "Q", "You are welcome", "<bos> De nada"):
+                 "K, V", "Q", "You are welcome", "<s> De nada"):
         assert name in labels
     assert len([p for p in ax.patches if p.get_gid() == "layer"]) == 2
+
+
+def test_transformer_figure_keeps_every_label_inside_its_box():
+    """A box's label fits the box, with a margin for the border."""
+    fig = draw.transformer_figure()
+    (ax,) = fig.axes
+    renderer = fig.canvas.get_renderer()
+    boxes = [p.get_window_extent(renderer) for p in ax.patches
+             if p.get_gid() in {"attention", "block"}]
+    checked = 0
+    for text in ax.texts:
+        bb = text.get_window_extent(renderer)
+        centre = ((bb.x0 + bb.x1) / 2, (bb.y0 + bb.y1) / 2)
+        around = [b for b in boxes if b.contains(*centre)]
+        if not around:
+            continue  # a label outside the boxes (title, arrows, sentences)
+        box = min(around, key=lambda b: b.width)  # the innermost
+        assert box.x0 + 2 <= bb.x0 and bb.x1 <= box.x1 - 2, text.get_text()
+        assert box.y0 <= bb.y0 and bb.y1 <= box.y1, text.get_text()
+        checked += 1
+    assert checked == len(boxes) == 14  # one label in each of the 14 boxes
+    plt.close(fig)
 
 
 def test_transformer_figure_draws_a_residual_round_every_sublayer():
@@ -629,7 +651,7 @@ def test_transformer_figure_draws_a_residual_round_every_sublayer():
 def test_transformer_figure_predicts_the_target_shifted_left():
     fig = draw.transformer_figure(source="the black cats", target="<s> los gatos negros")
     labels = [t.get_text() for t in fig.axes[0].texts]
-    assert "probabilities of the next token: los gatos negros <eos>" in labels
+    assert "probabilities of the next token: los gatos negros </s>" in labels
     assert not any("De nada" in label for label in labels)
     plt.close(fig)
 
@@ -753,6 +775,41 @@ def test_vectors_figure_draws_one_labelled_arrow_per_vector():
     assert "labelled a, b, c" in draw.alt_text(fig)
 
 
+def test_vectors_figure_keeps_arrows_of_one_direction_apart():
+    """Chapter 6's keys: k1 (length 1) and k4 (length 2.5) point the same way, as do
+    k0 and the query. On screen each pair is drawn side by side, not one on the other,
+    and each label sits on its own arrow's outer side, not between the two."""
+    deg = np.deg2rad
+    keys = np.array([[np.cos(deg(a)), np.sin(deg(a))] for a in (30, 90, 120, 210)]
+                    + [[0.0, 2.5]])
+    query = 1.5 * np.array([np.cos(deg(30)), np.sin(deg(30))])
+    fig = draw.vectors_figure(keys, query, labels=[f"k{i}" for i in range(5)])
+    (ax,) = fig.axes
+    fig.canvas.draw()
+    drawn = arrows(ax)
+    labels = [t for t in ax.texts if t.get_gid() == "vector_label"]
+
+    def on_screen(i):
+        """Start, end (pixels) of arrow i, and the unit normal to its direction."""
+        start, end = drawn[i].get_transform().transform(np.array(drawn[i]._posA_posB))
+        along = (end - start) / np.linalg.norm(end - start)
+        return start, end, np.array([-along[1], along[0]])
+
+    for short, long in ((1, 4), (0, 5)):  # k1 under k4; k0 under the query (index 5)
+        s0, s1, normal = on_screen(short)
+        l0, _, _ = on_screen(long)
+        gap = float(np.dot(l0 - s0, normal))  # signed distance between the two lines
+        assert abs(gap) >= 3.0, (short, long, gap)  # pixels at 100 dpi: both visible
+        for i, line_start in ((short, s0), (long, l0)):
+            text = labels[i].get_window_extent().get_points().mean(axis=0)
+            own = float(np.dot(text - line_start, normal))
+            other = float(np.dot(text - (l0 if i == short else s0), normal))
+            assert abs(own) < abs(other), f"label {labels[i].get_text()} nearer the other arrow"
+    # arrows that point elsewhere are not moved
+    s0, _, _ = on_screen(2)
+    np.testing.assert_allclose(s0, ax.transData.transform((0.0, 0.0)), atol=1e-9)
+
+
 def test_vectors_figure_default_labels_and_no_query():
     fig = draw.vectors_figure(torch.tensor([[1.0, 1.0], [2.0, -1.0]]))
     ax = fig.axes[0]
@@ -832,6 +889,31 @@ def test_same_inputs_give_byte_identical_svg(name):
 @pytest.mark.parametrize("name", list(_builders()))
 def test_figures_fit_the_text_width_with_readable_fonts(name):
     assert_house_style(_builders()[name]())
+
+
+@pytest.mark.parametrize("name", ["mask", "padding", "heatmaps", "pipeline", "grouped",
+                                  "masks_with_descenders", "alibi"])
+def test_grid_titles_stand_clear_of_their_grids(name):
+    """A grid's title ends at least 2 points above its grid (the descenders of "padding"
+    touched the grid) and overlaps no other grid and no line of the sheet's text."""
+    builders = _builders()
+    builders["masks_with_descenders"] = lambda: draw.masks_figure([
+        draw.MaskPanel(mha.padding_mask([3, 2]), "encoder: padding", SRC, SRC),
+        draw.MaskPanel(mha.causal_mask(3), "query: causal (gjpqy)", TGT, TGT)], batch=1)
+    builders["alibi"] = lambda: draw.alibi_figure(4, 3)
+    fig = builders[name]()
+    renderer = rendered(fig)
+    two_points = 2 * fig.dpi / 72
+    grids = grid_axes(fig)
+    titled = [ax for ax in grids if ax.get_title()]
+    assert titled
+    sheet = [t.get_window_extent(renderer) for t in fig.texts if t.get_text()]
+    for ax in titled:
+        title = ax.title.get_window_extent(renderer)
+        box = ax.get_window_extent(renderer)
+        assert title.y0 - box.y1 >= two_points, (ax.get_title(), title.y0 - box.y1)
+        for other in [g.get_window_extent(renderer) for g in grids if g is not ax] + sheet:
+            assert not title.overlaps(other), (ax.get_title(), other)
 
 
 def test_alt_text_refuses_foreign_figures():

@@ -51,7 +51,6 @@ def test_alibi_grids_hold_minus_slope_times_distance_in_head_colours():
     fig = draw.alibi_figure(4, 3)
     grids = grid_axes(fig)
     assert len(grids) == 8  # 4 heads causal, then 4 heads symmetric
-    steepest = PAPER_SLOPES_4[0] * 2  # the most negative bias drawn: head 0, distance 2
     for index, ax in enumerate(grids):
         h, causal = index % 4, index < 4
         slope = PAPER_SLOPES_4[h]
@@ -64,8 +63,11 @@ def test_alibi_grids_hold_minus_slope_times_distance_in_head_colours():
         fc = faces(ax, (3, 3))
         np.testing.assert_allclose(fc[blocked], np.broadcast_to(to_rgba(BLOCKED_FILL),
                                                                 (int(blocked.sum()), 4)))
-        np.testing.assert_allclose(fc[~blocked], draw.head_cmap(h)(-want[~blocked] / steepest),
-                                   atol=1e-12)
+        # The head's own scale: white at its most negative bias (distance 2), the head's
+        # colour at 0, as the other heatmaps (darker = larger).
+        lowest = -slope * 2
+        np.testing.assert_allclose(fc[~blocked],
+                                   draw.head_cmap(h)(1 - want[~blocked] / lowest), atol=1e-12)
         assert slope_of(ax.get_title()) == slope
         assert ax.get_title().strip() == f"head {h}, slope 1/{round(1 / slope)}"
         assert ax.title.get_color() == head_text_color(h)
@@ -75,6 +77,50 @@ def test_alibi_grids_hold_minus_slope_times_distance_in_head_colours():
                                             for v in bias[1][np.tril(np.ones((3, 3), bool))]]
     legend = [t for t in fig.texts if t.get_text() == "blocked by the causal mask"]
     assert len(legend) == 1
+
+
+def colorbars(fig) -> list:
+    """The colour bars' axes, in drawing order."""
+    return [ax for ax in fig.axes if hasattr(ax, "_colorbar")]
+
+
+def luminance(rgba) -> float:
+    r, g, b = np.asarray(rgba)[..., :3].T
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+@pytest.mark.parametrize(("heads", "size"), [(4, 3), (4, 4), (8, 4), (12, 2)])
+def test_every_head_has_its_own_scale_and_colour_bar_darker_where_larger(heads, size):
+    """A gentle head is as readable as a steep one: each grid runs from white at its
+    lowest bias to the head's colour at 0 (darker = larger, as the attention heatmaps),
+    and its colour bar, beside it, is labelled with that lowest bias and 0."""
+    fig = draw.alibi_figure(heads, size)
+    grids, bars = grid_axes(fig), colorbars(fig)
+    assert len(bars) == len(grids) == 2 * heads
+    slopes = mha.alibi_slopes(heads)
+    renderer = fig.canvas.get_renderer()
+    for index, (ax, bar) in enumerate(zip(grids, bars, strict=True)):
+        h, causal = index % heads, index < heads
+        bias = mha.alibi_bias(heads, size, causal=causal)[h]  # (T, S)
+        seen = np.tril(np.ones((size, size), bool)) if causal else np.ones((size, size), bool)
+        lowest = -slopes[h] * (size - 1)
+        fc = faces(ax, (size, size))
+        zero = seen & (bias == 0)  # exact: -slope * 0
+        np.testing.assert_allclose(fc[zero], np.broadcast_to(
+            to_rgba(draw.head_color(h)), (int(zero.sum()), 4)), atol=1e-12)
+        far = seen & np.isclose(bias, lowest, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(fc[far], 1.0, atol=1e-12)  # white
+        # darker = larger: along a row, the shade darkens as the bias grows to 0
+        order = np.argsort(bias[seen])
+        assert np.all(np.diff(luminance(fc[seen][order])) <= 1e-12)
+        np.testing.assert_allclose(bar.get_ylim(), (lowest, 0.0), rtol=1e-12)
+        labels = [t.get_text() for t in bar.get_yticklabels()]
+        assert len(labels) == 2 and labels[-1] == "0"
+        decimals = len(labels[0].split(".")[1])  # the lowest bias, rounded as the cells
+        assert float(labels[0]) == pytest.approx(lowest, abs=0.51 * 10.0**-decimals)
+        # beside its grid, at the same height, left of the next grid
+        box, bar_box = ax.get_window_extent(renderer), bar.get_window_extent(renderer)
+        assert 0 < bar_box.x0 - box.x1 < 20 and abs(bar_box.y0 - box.y0) < 1
 
 
 def test_alibi_titles_follow_the_paper_for_other_head_counts():
@@ -123,7 +169,7 @@ def test_alibi_values_and_rows_adapt_to_the_width():
     assert len(grids) == 16
     assert all(not gid_texts(ax, "value") for ax in grids)  # 8 heads of values do not fit
     tops = sorted({round(ax.get_position().y1, 6) for ax in grids})
-    assert len(tops) == 4  # 2 rows per variant, 4 heads each
+    assert len(tops) == 6  # 3 rows per variant (3, 3 and 2 heads): each has a colour bar
     fig = draw.alibi_figure(2, 3, decimals=1, show_values=True, variants=("symmetric",))
     # head 0 (slope 1/16), query 0: -0, -1/16, -2/16 rounded to one decimal
     assert gid_texts(grid_axes(fig)[0], "value")[:3] == ["0.0", "-0.1", "-0.1"]

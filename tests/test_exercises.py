@@ -117,9 +117,12 @@ def padding_loops(lengths=None, *, tokens=None, pad_id=None, max_len=None) -> np
 def mha_per_head(query, key, value, params, num_heads, mask=None):
     """One head at a time on slices of the weight matrices, then concatenate."""
     head_dim = params.d_model // num_heads
-    q = query @ params.W_q + params.b_q
-    k = key @ params.W_k + params.b_k
-    v = value @ params.W_v + params.b_v
+    def linear(x, w, b):
+        return x @ w if b is None else x @ w + b  # biases may be None
+
+    q = linear(query, params.W_q, params.b_q)
+    k = linear(key, params.W_k, params.b_k)
+    v = linear(value, params.W_v, params.b_v)
     contexts, weights = [], []
     for h in range(num_heads):
         cols = slice(h * head_dim, (h + 1) * head_dim)
@@ -128,7 +131,7 @@ def mha_per_head(query, key, value, params, num_heads, mask=None):
         context, w = sdpa_einsum(q[..., cols], k[..., cols], v[..., cols], head_mask)
         contexts.append(context)
         weights.append(w)
-    output = np.concatenate(contexts, axis=-1) @ params.W_o + params.b_o
+    output = linear(np.concatenate(contexts, axis=-1), params.W_o, params.b_o)
     return output, np.stack(weights, axis=1)
 
 
@@ -189,14 +192,15 @@ def rope_loops(x, positions, base=10000.0):
     return out
 
 
-def slopes_written_out(num_heads):
+def slopes_written_out(num_heads, odd=True):
     def powers(n):
         return [2 ** (-8 * k / n) for k in range(1, n + 1)]
 
     p = 1
     while 2 * p <= num_heads:
         p *= 2
-    return np.array(powers(p) + powers(2 * p)[0::2][: num_heads - p])
+    start = 0 if odd else 1  # index 0 is k = 1, an odd power
+    return np.array(powers(p) + powers(2 * p)[start::2][: num_heads - p])
 
 
 CORRECT = [
@@ -332,6 +336,10 @@ def sdpa_inverted_mask(q, k, v, mask=None):
     return attention(q, k, v, None if mask is None else ~mask)
 
 
+def sdpa_mask_transposed(q, k, v, mask=None):
+    return attention(q, k, v, None if mask is None else np.swapaxes(mask, -1, -2))
+
+
 def sdpa_ignores_mask(q, k, v, mask=None):
     return attention(q, k, v)
 
@@ -386,6 +394,7 @@ SDPA = {
     "multiplied": (sdpa_multiplied, "multiplied by sqrt(head_dim) instead of divided"),
     "inverted mask": (sdpa_inverted_mask, "An inverted mask"),
     "mask ignored": (sdpa_ignores_mask, "The mask has no effect"),
+    "mask transposed": (sdpa_mask_transposed, "applied along the queries (transposed)"),
     "mask after softmax": (sdpa_mask_after_softmax, "applied after the softmax"),
     "finite fill": (sdpa_finite_fill, "a large finite number, not -inf"),
     "wrong axis": (sdpa_wrong_axis, "The softmax runs over the wrong axis"),
@@ -535,7 +544,7 @@ def learner_mha(
 
     def linear(x, w, b):
         w = w.T if transpose_weights else w
-        return x @ w + b if biases else x @ w
+        return x @ w + b if biases and b is not None else x @ w
 
     q = split(linear(query, params.W_q, params.b_q), num_heads)
     k = split(linear(key, params.W_k, params.b_k), num_heads)
@@ -558,6 +567,23 @@ def mha_same_projection(query, key, value, params, num_heads, mask=None):
 
     context, weights = sdpa_loops(project(query), project(key), project(value), mask)
     return merge_concat(context) @ params.W_o + params.b_o, weights
+
+
+def mha_w_o_per_head(query, key, value, params, num_heads, mask=None):
+    """Each head's context through its own diagonal block of W_o, then concatenated."""
+    head_dim = params.W_q.shape[0] // num_heads
+    q, k, v = (x @ w if b is None else x @ w + b
+               for x, w, b in ((query, params.W_q, params.b_q), (key, params.W_k, params.b_k),
+                               (value, params.W_v, params.b_v)))
+    outs, weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        head_mask = mask[:, 0] if mask is not None and mask.ndim == 4 else mask
+        context, w = sdpa_einsum(q[..., cols], k[..., cols], v[..., cols], head_mask)
+        outs.append(context @ params.W_o[cols, cols])
+        weights.append(w)
+    merged = np.concatenate(outs, axis=-1)
+    return (merged if params.b_o is None else merged + params.b_o), np.stack(weights, axis=1)
 
 
 def mha_one_head(query, key, value, params, num_heads, mask=None):
@@ -584,6 +610,10 @@ def sqrt_d_model(s, q, k, v):
 
 MHA = {
     "no W_o": (mha_variant(project_output=False), "W_o forgotten"),
+    "W_o per head": (mha_w_o_per_head, "W_o is applied per head before the merge"),
+    "mask transposed": (
+        mha_variant(attend=sdpa_mask_transposed), "applied along the queries (transposed)"
+    ),
     "no biases": (mha_variant(biases=False), "biases b_q, b_k, b_v, b_o are not added"),
     "W.T": (mha_variant(transpose_weights=True), "used transposed"),
     "W_q everywhere": (mha_same_projection, "projected with W_q"),
@@ -651,6 +681,8 @@ ROPE = {
     "clockwise": (lambda x, positions, base=10000.0: mha.apply_rope(x, -np.asarray(positions),
                                                                     base),
                   "turns clockwise"),
+    "base ignored": (lambda x, positions, base=10000.0: rope_loops(x, positions),
+                     "base is ignored"),
     "from zero": (lambda x, positions, base=10000.0: mha.apply_rope(
         x, np.arange(np.shape(x)[-2]), base), "positions is ignored"),
 }
@@ -660,6 +692,9 @@ SLOPES = {
     "any count": (lambda n: 0.5 ** (8 * np.arange(1, n + 1) / n), "for every head count"),
     "halving": (lambda n: 0.5 ** np.arange(1, n + 1), "halve from head to head"),
     "reversed": (lambda n: slopes_written_out(n)[::-1], "reverse order"),
+    "even powers": (lambda n: slopes_written_out(n, odd=False), "the even powers"),
+    "sorted": (lambda n: np.array(sorted(slopes_written_out(n), reverse=True)),
+               "wrong order for a head count that is not a power of two"),
 }
 
 MISTAKES = {
@@ -706,6 +741,29 @@ def test_a_stub_is_not_implemented_yet(capsys, name: str) -> None:
     assert out == f"{name}: not implemented yet."
 
 
+def test_biases_that_are_none_are_among_the_cases(capsys) -> None:
+    """The prompt says the biases may be None: a function that crashes on None fails."""
+
+    def crashes_on_none(query, key, value, params, num_heads, mask=None):
+        if params.b_q is None:
+            raise TypeError("unsupported operand type(s) for +: 'float' and 'NoneType'")
+        return mha.multi_head_attention(query, key, value, params, num_heads, mask)
+
+    verdict, out = run(capsys, "multi_head_attention", crashes_on_none)
+    assert verdict is False
+    assert "biases None" in out and "raised TypeError" in out
+
+
+def test_positions_given_as_a_list_are_among_the_cases(capsys) -> None:
+    def arrays_only(x, positions, base=10000.0):
+        positions.shape  # noqa: B018 - a list has no shape: this line raises for one
+        return mha.apply_rope(x, positions, base)
+
+    verdict, out = run(capsys, "apply_rope", arrays_only)
+    assert verdict is False
+    assert "positions as a list [3, 1, 4]" in out and "raised AttributeError" in out
+
+
 def test_a_case_left_unimplemented_is_named(capsys) -> None:
     def only_last_axis(x, axis=-1):
         if axis != -1:
@@ -738,7 +796,7 @@ def test_changing_the_weights_in_place_is_reported(capsys) -> None:
 
     verdict, out = run(capsys, "multi_head_attention", folds_scale_into_w_q)
     assert verdict is False
-    assert "case 1 of 7" in out and "changed its argument params.W_q in place" in out
+    assert "case 1 of 9" in out and "changed its argument params.W_q in place" in out
 
 
 @pytest.mark.parametrize(
@@ -817,29 +875,30 @@ def test_two_mistakes_name_the_one_seen_first(capsys) -> None:
 
     verdict, out = run(capsys, "scaled_dot_product_attention", unscaled_and_overflowing)
     assert verdict is False
-    assert "case 1 of 9" in out and "No 1/sqrt(head_dim) scaling" in out
+    assert "case 1 of 10" in out and "No 1/sqrt(head_dim) scaling" in out
     assert "exp overflows" not in out
 
 
 # --------------------------------------------------------------------------- the interface
 
 
-def test_names_lists_the_eleven_functions() -> None:
+def test_names_lists_every_chapters_functions() -> None:
     expected = {
-        "apply_rope",
-        "alibi_slopes",
-        "sliding_window_mask",
-        "kv_cache_bytes",
-        "softmax",
-        "scaled_dot_product_attention",
-        "split_heads",
-        "merge_heads",
-        "causal_mask",
-        "padding_mask",
-        "multi_head_attention",
+        "causal_mask", "padding_mask",  # chapter 1
+        "softmax", "scaled_dot_product_attention",  # 2
+        "sinusoidal_positional_encoding", "add_and_norm",  # 3
+        "split_heads", "merge_heads", "multi_head_attention",  # 4
+        "cross_attention", "to_torch_attn_mask",  # 5
+        "score_std", "attention_entropy",  # 6
+        "sequence_loss", "target_mask",  # 7
+        "decode_step", "repeat_kv_heads", "sliding_window_mask", "kv_cache_bytes",  # 8
+        "apply_rope", "alibi_slopes", "merge_tiles",  # 9
     }
-    assert expected <= set(exercises.names())
-    assert all(callable(getattr(mha, name)) for name in exercises.names())
+    assert set(exercises.names()) == expected
+    for name in exercises.names():
+        exercise = exercises._EXERCISES[name]
+        # mha's own function, or a reference named because mha has none of that name
+        assert callable(exercise.reference) != callable(getattr(mha, name, None)), name
 
 
 def test_the_verdict_is_a_bool_that_a_notebook_does_not_display(capsys) -> None:
@@ -857,7 +916,8 @@ def test_the_verdict_is_a_bool_that_a_notebook_does_not_display(capsys) -> None:
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown exercise 'sofmax'; known: softmax, "):
+    known = "known: causal_mask, padding_mask, softmax, "
+    with pytest.raises(ValueError, match=f"unknown exercise 'sofmax'; {known}"):
         exercises.check("sofmax", mha.softmax)
 
 

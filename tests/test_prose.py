@@ -7,6 +7,9 @@
   fails, and so does a listed one the chapter no longer has.
 * **Slips a reader sees:** a doubled word ("the the"), and an ordered list that starts
   inside a paragraph (a wrapped line beginning with "1." becomes a list item).
+* **One quiet marker for proof:** what a hidden cell checks is said by one line,
+  ``✓ checked: <what>``, right above that cell, not by sentences about hidden cells
+  ("The hidden cell below checks ..."), which made pages read like a test log.
 
 Prose is the Markdown outside code cells, fenced code, inline code, MyST roles
 (``{ref}``, ``{cite}``, ``{glue:text}``, ...), targets, directive options and URLs.
@@ -120,6 +123,97 @@ def test_no_ordered_list_starts_inside_a_paragraph(page: Path):
         and not re.match(r"^(\d+[.)]|[-*+])\s", previous)
     ]
     assert not starts, f"{page.name}: a list starts inside a paragraph:\n" + "\n".join(starts)
+
+
+MARKER = "\u2713 checked: "  # ✓ checked: <what>
+# The old voice: "the hidden cell below checks", "the hidden code", "a hidden check",
+# "the hidden model cell above", "hidden behind a toggle".
+HIDDEN_CELL_TALK = re.compile(
+    r"\bhidden\s+(?:\w+\s+)?(?:cells?|code|helpers?|checks?)\b|hidden behind", re.IGNORECASE
+)
+
+
+def prose_sections(path: Path) -> Iterator[tuple[str, list[tuple[int, str]]]]:
+    """``(heading, prose lines)`` per ``##`` section of a page (the title's first)."""
+    heading, lines = "", []
+    for number, text in prose_lines(path):
+        if text.startswith("## "):
+            yield heading, lines
+            heading, lines = text.strip(), []
+        else:
+            lines.append((number, text))
+    yield heading, lines
+
+
+def hidden_cell_talk(path: Path) -> list[str]:
+    """Sentences about hidden cells, outside the Exercises sections."""
+    found = []
+    for heading, lines in prose_sections(path):
+        if heading == "## Exercises":
+            continue
+        for index, (number, text) in enumerate(lines):
+            # a phrase may wrap: read each line with the start of the next
+            following = lines[index + 1][1] if index + 1 < len(lines) else ""
+            joined = f"{text} {following}"
+            for match in HIDDEN_CELL_TALK.finditer(joined):
+                if match.start() < len(text):
+                    found.append(f"  line {number}: {text.strip()}")
+                    break
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_proof_is_marked_not_narrated(page: Path):
+    found = hidden_cell_talk(page)
+    assert not found, (
+        f"{page.name}: sentences about hidden cells; say what a hidden cell checks with "
+        f"one line '{MARKER}<what>' right above it:\n" + "\n".join(found)
+    )
+
+
+def marker_problems(path: Path) -> list[str]:
+    """Markers that are not a paragraph of their own right above a hidden-input cell."""
+    lines = path.read_text().splitlines()
+    found = []
+    for number, line in enumerate(lines, 1):
+        if MARKER.strip() not in line:
+            continue
+        if not line.startswith(MARKER):
+            found.append(f"  line {number}: the marker starts its own line: {line.strip()}")
+            continue
+        rest = lines[number:]
+        end = next((i for i, text in enumerate(rest) if not text.strip()), len(rest))
+        after = [text for text in rest[end:] if text.strip()]
+        header = []  # the cell's options: ":tags: ..." lines, or a YAML block
+        if after and after[0].startswith("```{code-cell}"):
+            if len(after) > 1 and after[1] == "---":
+                header = after[2 : after.index("---", 2)] if "---" in after[2:] else []
+            else:
+                header = [text for text in after[1:3] if text.startswith(":")]
+        if not any("hide-input" in text for text in header):
+            found.append(f"  line {number}: not right above a hide-input cell: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_markers_sit_right_above_a_hidden_cell(page: Path):
+    found = marker_problems(page)
+    assert not found, f"{page.name}: misplaced proof markers:\n" + "\n".join(found)
+
+
+def test_the_marker_rules_catch_the_old_voice(tmp_path: Path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# T\nThe hidden\ncell below checks it. (The hidden code\nchecks both.)\n"
+        "\u2713 checked: a claim\n\nprose, no cell\n\n"
+        "\u2713 checked: another\n\n```{code-cell} ipython3\n:tags: [hide-input]\n\n```\n"
+        "\u2713 checked: a third\n\n```{code-cell} ipython3\n---\nmystnb: {}\n"
+        "tags: [hide-input]\n---\nx = 1\n```\n"
+        "\u2713 checked: a visible cell\n\n```{code-cell} ipython3\nx = 1\n```\n"
+        "## Exercises\nReuse the hidden helpers.\n"
+    )
+    assert [line.split(":")[0] for line in hidden_cell_talk(page)] == ["  line 2", "  line 3"]
+    assert [line.split(":")[0] for line in marker_problems(page)] == ["  line 5", "  line 24"]
 
 
 def test_the_prose_reader_skips_code_roles_and_options(tmp_path: Path):

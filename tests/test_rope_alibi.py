@@ -23,6 +23,7 @@ from mha import convert
 from mha.kv_cache_torch import KVCache
 from mha.modules import MultiHeadAttention
 from mha.positional_torch import alibi_bias as torch_alibi_bias
+from mha.positional_torch import alibi_bias_directional
 from mha.positional_torch import alibi_slopes as torch_alibi_slopes
 from mha.positional_torch import apply_rope as torch_apply_rope
 from mha.transformer import POSITIONS, Transformer
@@ -332,6 +333,29 @@ def test_torch_alibi_equals_the_specification(num_heads):
             want = mha.alibi_bias(num_heads, T, num_keys=S, causal=causal)
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-15, atol=0)
     assert torch_alibi_bias(num_heads, 3).dtype == torch.get_default_dtype()
+
+
+@pytest.mark.parametrize("num_heads", [1, 2, 3, 4])
+def test_directional_alibi_has_a_slope_per_side(num_heads):
+    """Head h: the paper's slope s_h to the left, s_{H-1-h} to the right (a loop over
+    every pair); the mirror of head h is head H-1-h, so only a middle head (odd H)
+    is its own mirror image, with the symmetric bias."""
+    slopes = mha.alibi_slopes(num_heads)
+    got = alibi_bias_directional(num_heads, 5, dtype=torch.float64).numpy()
+    assert got.shape == (num_heads, 5, 5)
+    for h in range(num_heads):
+        for i in range(5):
+            for j in range(5):
+                slope = slopes[h] if j <= i else slopes[num_heads - 1 - h]
+                np.testing.assert_allclose(got[h, i, j], -slope * abs(i - j), rtol=1e-15)
+    mirrored = got[::-1].transpose(0, 2, 1)  # head H-1-h, keys and queries swapped
+    np.testing.assert_allclose(mirrored, got, rtol=1e-15, atol=0)
+    symmetric = mha.alibi_bias(num_heads, 5, causal=False)
+    for h in range(num_heads):
+        if 2 * h == num_heads - 1:  # the middle head
+            np.testing.assert_allclose(got[h], symmetric[h], rtol=1e-15)
+        else:
+            assert np.abs(got[h] - got[h].T).max() > 1e-3
 
 
 # ===================================================== bias in attention: the spec
@@ -686,12 +710,13 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
         (b1, r1), (b2, r2) = seen[f"self{i}"]
         assert len(seen[f"cross{i}"]) == 2
         assert all(b is None and r is None for b, r in seen[f"cross{i}"])
-        if positions == "alibi":
+        if positions.startswith("alibi"):
             # torch.pow against NumPy's power: slopes within an ulp or two of each other
             # (exact for 3 heads, powers of two, but not for every head count)
             close = {"rtol": 4 * EPS64, "atol": 0}
-            np.testing.assert_allclose(enc_bias.numpy(), mha.alibi_bias(3, 4, causal=False),
-                                       **close)  # fmt: skip
+            encoder = (mha.alibi_bias(3, 4, causal=False) if positions == "alibi" else
+                       alibi_bias_directional(3, 4, dtype=torch.float64).numpy())  # fmt: skip
+            np.testing.assert_allclose(enc_bias.numpy(), encoder, **close)
             np.testing.assert_allclose(b1.numpy(), mha.alibi_bias(3, 3), **close)
             np.testing.assert_allclose(b2.numpy(), mha.alibi_bias(3, 2, num_keys=5), **close)
             assert enc_rope is None and r1 is None and r2 is None
@@ -703,7 +728,7 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
             assert all(a is None for a in (enc_bias, enc_rope, b1, r1, b2, r2))
 
 
-@pytest.mark.parametrize("positions", ["rope", "alibi"])
+@pytest.mark.parametrize("positions", ["rope", "alibi", "alibi_directional"])
 def test_no_table_is_added_with_rope_or_alibi(positions):
     model = make_transformer(positions)
     assert model.positional_encoding is None
@@ -718,8 +743,9 @@ def test_no_table_is_added_with_rope_or_alibi(positions):
 
 def test_alibi_encoder_is_symmetric_and_the_others_are_not():
     """With the symmetric bias only |i - j| matters: reversing an unpadded source
-    reverses the encoder's output. RoPE's scores depend on the signed offset, and the
-    sinusoidal table on absolute positions."""
+    reverses the encoder's output. RoPE's scores depend on the signed offset, the
+    sinusoidal table on absolute positions, and the directional ALiBi has different
+    slopes to the left and to the right."""
     src = torch.tensor([[3, 4, 5, 6, 7, 8]])
     for positions in POSITIONS:
         model = make_transformer(positions)

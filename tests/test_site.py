@@ -77,7 +77,8 @@ def test_first_load_is_within_the_budget(browser, served_site, page):
 @pytest.mark.parametrize("page", PAGES)
 def test_page_is_clean_at_desktop_and_phone_width(desktop, served_site, page):
     """At 1280 px nothing scrolls sideways and figure text stays readable; at 390 px
-    every equation fits the column and every shrunk figure opens at full size."""
+    the page is no wider than the window, every equation fits the column and every
+    shrunk figure opens at full size."""
     problems = site_check.check_page(desktop, f"{served_site}/{page}", served_site,
                                      phone=(PHONE, PHONE_HEIGHT))
     assert not problems, f"{page}:\n  " + "\n  ".join(problems)
@@ -96,6 +97,38 @@ def test_site_check_sees_layout_problems(desktop, tmp_path):
     assert "figure text" in joined and "wide.svg" in joined
     assert f"equation wider than a {PHONE} px column: wide equation" in joined
     assert f"figure scaled down at {PHONE} px with no link to its full size: wide.svg" in joined
+    assert f"page wider than a {PHONE} px window: " in joined and "z" * 50 in joined
+    assert joined.count("page wider than a ") == 1  # at 390 px only, not at 1280 px
+    assert f"scrolls sideways at {PHONE} px with no sign of it: " + "y" * 40 in joined
+
+
+def test_a_wide_table_says_that_it_scrolls(desktop, tmp_path):
+    """book/_static/table-scroll.js gives a table wider than a phone its cue (a line
+    above it, keyboard focus and a name) and leaves it alone where it fits."""
+    script = ROOT / "book" / "_static" / "table-scroll.js"
+    (tmp_path / "table-scroll.js").write_text(script.read_text())
+    (tmp_path / "ok.svg").write_text(OK_SVG)
+    row = "<tr>" + "<td>a&nbsp;cell&nbsp;that&nbsp;does&nbsp;not&nbsp;wrap</td>" * 4 + "</tr>"
+    (tmp_path / "table.html").write_text(
+        '<!doctype html><html lang="en"><head><title>Table</title>'
+        '<link rel="icon" href="ok.svg"><script src="table-scroll.js"></script></head>'
+        '<body><main><h1>Table</h1><div class="pst-scrollable-table-container" '
+        'style="overflow-x:auto"><table><thead><tr><th>one</th><th>two</th><th>three</th>'
+        f"<th>four</th></tr></thead><tbody>{row}</tbody></table></div></main></body></html>"
+    )
+    with site_check.serve(tmp_path) as origin:
+        assert site_check.check_page(desktop, f"{origin}/table.html", origin,
+                                     phone=(PHONE, PHONE_HEIGHT)) == []
+        page = desktop.new_page()
+        page.set_viewport_size({"width": PHONE, "height": PHONE_HEIGHT})
+        page.goto(f"{origin}/table.html")
+        box = page.locator(".pst-scrollable-table-container")
+        assert box.get_attribute("aria-label") == "table: one, two, three, four (scrolls sideways)"
+        assert page.locator(".scroll-hint").is_visible()
+        page.set_viewport_size({"width": DESKTOP, "height": 900})
+        page.evaluate(site_check.SETTLE_JS)
+        assert box.get_attribute("tabindex") is None and page.locator(".scroll-hint").count() == 0
+        page.close()
 
 
 LAYOUT_PAGE = (
@@ -108,6 +141,8 @@ LAYOUT_PAGE = (
     # A display equation as MathJax lays it out, wider than a phone's column.
     '<mjx-container display="true" aria-label="wide equation" style="display:block">'
     '<mjx-math style="display:inline-block;width:500px">x</mjx-math></mjx-container>'
+    # Inline code that cannot wrap: it fits 1280 px but pushes the page past 390 px.
+    "<p>See <code>" + "z" * 60 + "</code>.</p>"
     "</article></body></html>"
 )
 

@@ -302,13 +302,52 @@ def test_the_dependency_check_sees_a_name_only_a_solution_defines():
     assert names_needed_from_solutions(cells) == ["cell 5: answer", "cell 5: helper"]
 
 
+def checks(name: str) -> list[str]:
+    """The checkers a chapter's solutions call, in order."""
+    return [cell.metadata["workbook"]["check"] for cell in solutions(name)[0]
+            if "workbook" in cell.metadata]
+
+
+def test_each_chapter_practises_its_own_checkers():
+    """At least two checked exercises per chapter, no checker in two chapters, and
+    every checker of mha.exercises used by the book."""
+    from mha import exercises
+
+    owner: dict[str, str] = {}
+    for name in CHAPTERS:
+        own = checks(name)
+        assert len(set(own)) >= 2, f"{name} checks only {own}"
+        for check in own:
+            assert owner.setdefault(check, name) == name, (
+                f"{check} is checked in {owner[check]} and in {name}")
+    assert sorted(owner) == sorted(exercises.names())
+    assert list(owner) == exercises.names()  # names() is in the book's order
+
+
+def solved(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """The workbook with every stub replaced by its solution, as a learner who has
+    solved everything would have it."""
+    answers = iter(cell_source(c) for c in solutions(name)[0] if "workbook" in c.metadata)
+    nb = nbformat.from_dict(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "raise NotImplementedError" in cell.source:
+            cell.source = next(answers)
+    assert next(answers, None) is None
+    return nb
+
+
 @pytest.mark.slow
-def test_a_workbook_runs_top_to_bottom_before_anything_is_solved():
-    """End to end, on the quickest chapter: with every stub unsolved, the workbook runs
-    without an error escaping, and each stub says it is not implemented yet."""
+@pytest.mark.parametrize("state", ["stubs", "solutions"])
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_a_workbook_runs_top_to_bottom(name, state):
+    """End to end, every chapter: with every stub unsolved, the workbook runs without an
+    error escaping and each stub says it is not implemented yet; with the solutions in
+    their place, it runs and every check passes."""
     from nbclient import NotebookClient
 
-    nb = workbook.build(CHAPTERS[0])  # a copy of its own: executing fills its outputs
+    nb = workbook.build(name)  # a copy of its own: executing fills its outputs
+    if state == "solutions":
+        nb = solved(nb, name)
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3",
         resources={"metadata": {"path": str(ROOT / "book" / "notebooks")}},
@@ -317,6 +356,10 @@ def test_a_workbook_runs_top_to_bottom_before_anything_is_solved():
     outputs = "".join(
         o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
     )
-    assert outputs.count("not implemented yet") == sum(
-        "raise NotImplementedError" in c.source for c in nb.cells
-    )
+    if state == "stubs":
+        expected = sum("raise NotImplementedError" in c.source for c in nb.cells)
+        assert outputs.count("not implemented yet") == expected
+    else:
+        assert "not implemented yet" not in outputs
+        for check in checks(name):
+            assert f"{check}: correct on " in outputs, check

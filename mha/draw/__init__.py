@@ -3,6 +3,8 @@
 Import as ``from mha import draw``. Every function returns a
 :class:`matplotlib.figure.Figure`; chapters end the cell with ``plt.show()``.
 
+- the idea, for one word: :func:`one_word_figure` (one query's weights over its
+  sentence)
 - colours: :data:`HEAD_COLORS`, :func:`head_color` (one colour per head, the same
   in every figure), :func:`alt_text` (a starting point for a figure's alt text)
 - tensors: :func:`tensor_grid`, :func:`split_heads_figure`, :func:`merge_heads_figure`
@@ -21,6 +23,8 @@ Import as ``from mha import draw``. Every function returns a
   :class:`RefLine`), :func:`vectors_figure`
 - positions: :func:`rope_figure` (RoPE turning a query and a key),
   :func:`alibi_figure` (ALiBi's bias per head)
+- length generalisation: :func:`length_curves_figure` (a measure against position per
+  scheme, from ``python -m mha.translator.lm_lengths``'s results), :func:`length_curves`
 
 Figures are at most 8 inches wide (the book's text width at 100 dpi), use no
 font below 8 pt, and have a white background so they read in dark mode too.
@@ -30,8 +34,10 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 from mha.draw.alibi import alibi_figure
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.inference import grouped_heads_figure, kv_cache_figure
+from mha.draw.lengths import length_curves, length_curves_figure
 from mha.draw.mask_grids import MaskPanel, mask_figure, masks_figure, padding_mask_figure
 from mha.draw.module import multi_head_attention_figure
+from mha.draw.one_word import one_word_figure
 from mha.draw.online_softmax import online_softmax_figure
 from mha.draw.pipeline import attention_pipeline_figure
 from mha.draw.plots import CurvePanel, RefLine, Series, curves_figure, vectors_figure
@@ -60,11 +66,14 @@ __all__ = [
     "head_color",
     "head_fill",
     "kv_cache_figure",
+    "length_curves",
+    "length_curves_figure",
     "mask_figure",
     "masks_figure",
     "matmul_per_head_figure",
     "merge_heads_figure",
     "multi_head_attention_figure",
+    "one_word_figure",
     "online_softmax_figure",
     "padding_mask_figure",
     "rope_figure",

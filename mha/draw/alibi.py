@@ -63,10 +63,20 @@ def _auto_decimals(bias: np.ndarray) -> int:
 
 
 
-def _alibi_grid(bias: np.ndarray, blocked: np.ndarray, h: int, slope: float, norm: Normalize,
+def _alibi_grid(bias: np.ndarray, blocked: np.ndarray, h: int, slope: float,
                 texts: bool, decimals: int, queries: np.ndarray, first: bool) -> Grid:
-    """Head ``h``'s (T, S) bias: white at 0, the head's colour at the figure's steepest."""
-    faces = head_cmap(h)(norm(-bias))  # (T, S, 4): the penalty -bias >= 0 sets the depth
+    """Head ``h``'s (T, S) bias on its own colour scale, with its colour bar.
+
+    As in the book's other heatmaps, the darker cell holds the larger number: the
+    head's colour where the bias is 0 (the score is left as it is), fading to white
+    at the head's most negative bias in the grid. Each head has its own scale, so a
+    gentle head (slope 1/256) shows its pattern as clearly as a steep one; its colour
+    bar, from that bias to 0, says how small the numbers are."""
+    lowest = float(bias[~blocked].min()) if (~blocked).any() else 0.0
+    if lowest == 0.0:  # one key at distance 0: nothing to compare, the scale of 1 step
+        lowest = -slope
+    norm = Normalize(lowest, 0.0)
+    faces = head_cmap(h)(norm(bias))  # (T, S, 4): white at the lowest bias, colour at 0
     faces[blocked] = to_rgba(BLOCKED_FILL)
     text = None
     if texts:
@@ -77,7 +87,9 @@ def _alibi_grid(bias: np.ndarray, blocked: np.ndarray, h: int, slope: float, nor
                 col_labels=[str(j) for j in range(bias.shape[1])],
                 row_name="query i" if first else None, col_name="key j",
                 title=f"head {h}, slope {slope_text(slope)}",
-                title_color=head_text_color(h))
+                title_color=head_text_color(h), cmap=head_cmap(h), norm=norm,
+                colorbar=True, colorbar_ticks=[lowest, 0.0],
+                colorbar_labels=[format_value(lowest, decimals), "0"])
 
 
 def _bias_lines(ax: Axes, distances: np.ndarray, lines: np.ndarray,
@@ -114,10 +126,13 @@ def alibi_figure(
     """ALiBi's bias per head: a (T, S) grid for every head in its colour, with its slope.
 
     Each head ``h`` adds ``-slope_h * distance`` (:func:`mha.alibi_bias`) to its
-    scores. A cell is white where the bias is 0 and deepens to the head's colour
-    at the most negative bias among the grids (one scale for all heads, so a steep
-    head looks darker than a gentle one); in the causal grids the keys after the
-    query are dark, blocked by the causal mask (the bias there is 0 and unused).
+    scores. As in the book's other heatmaps, darker means larger: a cell is the
+    head's colour where the bias is 0 and fades to white at the head's most negative
+    bias in the grid. Every grid has its own scale, read from its colour bar (from
+    that bias to 0), so that a gentle head's pattern shows as clearly as a steep
+    one's; the values written in the cells, and the line plot, compare the heads.
+    In the causal grids the keys after the query are dark grey, blocked by the
+    causal mask (the bias there is 0 and unused).
     Below, the bias against the distance for distances ``0 .. max_distance``, one
     line per head. The figure checks that the values it draws, computed here from
     the slopes and the distances, equal :func:`mha.alibi_bias` exactly.
@@ -136,7 +151,7 @@ def alibi_figure(
         ``i - j``) and symmetric (an encoder, distance ``|i - j|``).
     show_values : bool, optional
         Write the bias in the cells. Default: when ``T * S <= 36`` and the grids
-        of a variant still fit side by side in one row.
+        with values need no more rows than without.
     decimals : int, optional
         Rounding of the written values, 0 to 6; default the fewest (at least 2)
         that keep every non-zero bias from reading as 0.
@@ -186,8 +201,6 @@ def alibi_figure(
                                                          causal=causal))
         drawn[name] = values
         blocked[name] = behind < 0 if causal else np.zeros(behind.shape, dtype=bool)
-    steepest = max(float(-drawn[n][:, ~blocked[n]].min()) for n in variants) or 1.0
-    norm = Normalize(0.0, steepest)
     if decimals is None:
         decimals = _auto_decimals(np.concatenate([drawn[n][:, ~blocked[n]].ravel()
                                                   for n in variants]))
@@ -199,7 +212,7 @@ def alibi_figure(
 
     def grids(name: str, per_row: int, values: bool) -> list[list[Grid]]:
         """The rows of head grids of one variant, ``per_row`` heads a row."""
-        heads = [_alibi_grid(drawn[name][h], blocked[name], h, slopes[h], norm, values,
+        heads = [_alibi_grid(drawn[name][h], blocked[name], h, slopes[h], values,
                              decimals, queries, h % per_row == 0) for h in range(num_heads)]
         return [heads[i : i + per_row] for i in range(0, num_heads, per_row)]
 
@@ -232,8 +245,9 @@ def alibi_figure(
             per_row -= 1
         return per_row
 
-    if show_values is None:  # values only if every variant still fits in one row
-        show_values = size * num_keys <= 36 and widest_fit(True) == num_heads
+    if show_values is None:  # values where they fit the cells and cost no extra row
+        show_values = size * num_keys <= 36 and (
+            math.ceil(num_heads / widest_fit(True)) <= math.ceil(num_heads / widest_fit(False)))
     rows_needed = math.ceil(num_heads / widest_fit(show_values))
     per_row = math.ceil(num_heads / rows_needed)  # rows as even as they can be: 8 -> 4 + 4
     cell = CELL if show_values else 0.3  # colour alone needs smaller cells
@@ -270,8 +284,9 @@ def alibi_figure(
     return set_alt_text(
         fig, f"ALiBi biases for {num_heads} heads with slopes "
         f"{', '.join(slope_text(s) for s in slopes)}: one {size} by {num_keys} grid per head "
-        f"and variant ({shown}), queries as rows and keys as columns, white at bias 0 and "
-        f"deeper in the head's colour as the bias falls"
+        f"and variant ({shown}), queries as rows and keys as columns, each on its own "
+        f"scale with a colour bar: the head's colour at bias 0, fading to white at the "
+        f"head's most negative bias"
         + (f", and a line plot of bias against distance 0 to {max_distance}, one line per "
            "head." if max_distance is not None else ".")
     )

@@ -40,6 +40,9 @@ from mha.draw.style import (
 
 _MARGIN = 0.08  # around the whole sheet
 _GAP = 0.14  # between neighbouring items of a row
+# Between a grid (or its column bands) and its title, in points: clear of the
+# descenders of "padding" or "query", which touched the grid at 3 points.
+_TITLE_PAD = 7.0
 _ROW_GAP = 0.12  # between rows
 _OP_PT = 14.0  # operators between grids
 _GROUP_BAR = 0.26  # height of a column-group band above a grid
@@ -76,6 +79,9 @@ class Grid:
     cmap: Colormap | None = None
     norm: Normalize | None = None
     colorbar: bool = False
+    # The colour bar's ticks and their labels; default matplotlib's, labelled as "0.00".
+    colorbar_ticks: Sequence[float] | None = None
+    colorbar_labels: Sequence[str] | None = None
     col_groups: Sequence[Group] = ()
     row_groups: Sequence[Group] = ()
     indent: int = 0  # empty cells left of the grid, to line it up under another
@@ -176,12 +182,13 @@ def _metrics(g: Grid, cell: float) -> _Metrics:
     if g.col_groups:
         top += _GROUP_BAR
     if g.title:
-        top += _line(TITLE_PT) + 0.06
+        top += _line(TITLE_PT) + 0.06 + (_TITLE_PAD - 3) / 72
     right = 0.04 + g.trail * cell
     if g.row_groups:
         right += max(text_width(gr.label, TICK_PT) for gr in g.row_groups) + 0.16
     if g.colorbar:
-        right += 0.1 + 0.12 + text_width("0.00", TICK_PT) + 0.1
+        labels = g.colorbar_labels or ["0.00"]
+        right += 0.1 + 0.12 + max(text_width(s, TICK_PT) for s in labels) + 0.1
     # A title wider than its grid spills over both sides; make room for it.
     if g.title:
         spill = (text_width(g.title, TITLE_PT, _title_weight(g)) - gw) / 2
@@ -386,7 +393,7 @@ def _draw_grid(fig: Figure, box: _Box, fig_w: float, fig_h: float) -> Axes:
     if g.row_name:
         ax.set_ylabel(g.row_name, fontsize=NAME_PT, labelpad=4)
     if g.title:
-        pad = _GROUP_BAR * 72 + 3 if g.col_groups else 3
+        pad = _GROUP_BAR * 72 + _TITLE_PAD if g.col_groups else _TITLE_PAD
         ax.set_title(g.title, fontsize=TITLE_PT, color=g.title_color, pad=pad,
                      fontweight=_title_weight(g))
     for gr in g.col_groups:
@@ -403,6 +410,8 @@ def _draw_grid(fig: Figure, box: _Box, fig_w: float, fig_h: float) -> Axes:
         cb.ax.tick_params(labelsize=TICK_PT, length=2)
         cb.outline.set_linewidth(0.6)
         cb.solids.set_edgecolor("face")  # no hairline seams between the steps
+        if g.colorbar_ticks is not None:
+            cb.set_ticks(list(g.colorbar_ticks), labels=g.colorbar_labels)
     return ax
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
+from matplotlib.transforms import offset_copy
 
 from mha.draw.style import (
     EDGE_COLOR,
@@ -27,6 +28,7 @@ from mha.draw.style import (
     TICK_PT,
     TITLE_PT,
     VALUE_PT,
+    check_figure_size,
     set_alt_text,
     to_numpy,
 )
@@ -87,14 +89,6 @@ class CurvePanel(NamedTuple):
     hlines: Sequence[RefLine] = ()
     legend: str | None = "best"
     legend_columns: int = 1
-
-
-def _check_size(width: float, height: float) -> None:
-    if not 0 < width <= MAX_WIDTH or not height > 0:
-        raise ValueError(
-            f"width must be in (0, {MAX_WIDTH}] inches and height positive, "
-            f"got width={width!r}, height={height!r}"
-        )
 
 
 def _xy(series: Series, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +226,7 @@ def curves_figure(
     if not len(panels):
         raise ValueError("panels must be a non-empty sequence of draw.CurvePanel")
     checked = [_check_panel(p, f"panels[{i}]") for i, p in enumerate(panels)]
-    _check_size(width, height)
+    check_figure_size(width, height)
     if width_ratios is not None and len(width_ratios) != len(panels):
         raise ValueError(
             f"width_ratios has {len(width_ratios)} entries but there are {len(panels)} panels"
@@ -251,6 +245,32 @@ def curves_figure(
     return set_alt_text(fig, f"{count} - {described}.")
 
 
+# How far apart (in points) arrows that point the same way are drawn, centre to centre.
+_SIDE_BY_SIDE_PT = 4.0
+
+
+def _side_by_side(tips: Sequence[np.ndarray]) -> list[tuple[float, float]]:
+    """A sideways shift in points for each arrow from the origin to ``tips[i]``: zero,
+    except for arrows pointing the same way (within half a degree) as another, which
+    are spread evenly across that direction, ``_SIDE_BY_SIDE_PT`` apart."""
+    angles = [float(np.degrees(np.arctan2(t[1], t[0]))) if np.any(t) else None for t in tips]
+    shifts = [(0.0, 0.0)] * len(tips)
+    done: set[int] = set()
+    for i, a in enumerate(angles):
+        if a is None or i in done:
+            continue
+        group = [j for j, b in enumerate(angles) if b is not None and j not in done
+                 and abs((a - b + 180.0) % 360.0 - 180.0) < 0.5]
+        done.update(group)
+        if len(group) < 2:
+            continue
+        side = np.array([-np.sin(np.radians(a)), np.cos(np.radians(a))])  # +90 degrees
+        for k, j in enumerate(group):
+            dx, dy = (k - (len(group) - 1) / 2) * _SIDE_BY_SIDE_PT * side
+            shifts[j] = (float(dx), float(dy))
+    return shifts
+
+
 def vectors_figure(
     vectors: np.ndarray,
     query: np.ndarray | None = None,
@@ -263,6 +283,10 @@ def vectors_figure(
     height: float = 3.6,
 ) -> Figure:
     """2-D vectors as labelled arrows from the origin, on axes of equal scale.
+
+    Arrows that point the same way (a key and a longer key, a key and the query) are
+    drawn side by side, a few points apart across their direction, so that none hides
+    under another.
 
     Parameters
     ----------
@@ -309,7 +333,7 @@ def vectors_figure(
     colors = list(colors) if colors is not None else [
         HEAD_COLORS[i % len(HEAD_COLORS)] for i in range(n)
     ]
-    _check_size(width, height)
+    check_figure_size(width, height)
 
     fig, ax = plt.subplots(figsize=(width, height), facecolor="white")
     _style_axes(ax)
@@ -319,10 +343,14 @@ def vectors_figure(
     arrows = [(p, c, t, "-") for p, c, t in zip(v, colors, labels, strict=True)]
     if q is not None:
         arrows.append((q, "black", query_label, "--"))
-    for tip, color, text, style in arrows:
+    shifts = _side_by_side([tip for tip, *_ in arrows])
+    for (tip, color, text, style), shift in zip(arrows, shifts, strict=True):
+        # Arrows along one direction are moved apart sideways by a few points (the
+        # data stay as they are), so that a short one is not hidden under a long one.
+        moved = offset_copy(ax.transData, fig=fig, x=shift[0], y=shift[1], units="points")
         arrow = FancyArrowPatch((0.0, 0.0), tuple(tip), arrowstyle="-|>", mutation_scale=12,
                                 color=color, lw=_LINE_WIDTH, linestyle=style,
-                                shrinkA=0, shrinkB=0, zorder=3)
+                                shrinkA=0, shrinkB=0, zorder=3, transform=moved)
         arrow.set_gid("vector")
         ax.add_patch(arrow)
         # Put the label beside the tip, to the arrow's left: a longer vector in the
@@ -330,8 +358,11 @@ def vectors_figure(
         norm = float(np.hypot(*tip))
         along = tip / norm if norm > 0 else np.array([0.7071, 0.7071])
         side = np.array([-along[1], along[0]])  # along turned by +90 degrees
+        if float(np.dot(shift, side)) < 0:  # moved to the right: its label goes right too
+            side = -side
         offset = 9 * side + 3 * along  # in points
-        note = ax.annotate(text, tuple(tip), xytext=tuple(offset), textcoords="offset points",
+        note = ax.annotate(text, tuple(tip), xycoords=moved, xytext=tuple(offset),
+                           textcoords="offset points",
                            ha="center", va="center", color=color, fontsize=NAME_PT)
         note.set_gid("vector_label")
     # Limits: every tip and the origin, plus a margin for the labels.

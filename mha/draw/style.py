@@ -171,6 +171,15 @@ def check_ndim_one_of(x: np.ndarray, ndims: Sequence[int], name: str, layout: st
         raise ValueError(f"{name} must have shape {layout}, got shape {x.shape}")
 
 
+def check_figure_size(width: float, height: float) -> None:
+    """A figure's size in inches: at most ``MAX_WIDTH`` wide (it must fit the page)."""
+    if not 0 < width <= MAX_WIDTH or not height > 0:
+        raise ValueError(
+            f"width must be in (0, {MAX_WIDTH}] inches and height positive, "
+            f"got width={width!r}, height={height!r}"
+        )
+
+
 def check_int_in_range(value: Any, name: str, low: int, high: int) -> int:
     """``value`` as an int in ``[low, high]`` (``bool`` is rejected), else a ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not (

@@ -111,7 +111,7 @@ def _residual(ax: Axes, cx: float, w: float, sublayer: tuple[float, float],
 
 
 def transformer_figure(*, source: str = "You are welcome",
-                       target: str = "<bos> De nada") -> Figure:
+                       target: str = "<s> De nada") -> Figure:
     """Draw the encoder-decoder Transformer with its three attentions highlighted.
 
     Parameters
@@ -120,7 +120,7 @@ def transformer_figure(*, source: str = "You are welcome",
         Encoder input, written under the encoder.
     target : str
         Decoder input (the target shifted right, starting with a start token), written
-        under the decoder; the output label shows it shifted back left, ending in <eos>.
+        under the decoder; the output label shows it shifted back left, ending in </s>.
 
     Returns
     -------
@@ -158,7 +158,7 @@ def transformer_figure(*, source: str = "You are welcome",
         ("(2) decoder causal self-attention\nQ, K, V all from the target so far\n"
          "mask: causal AND target padding", 0.78, dec, "attention"),
         ("add & norm", 0.32, None, "block"),
-        ("(3) cross-attention (encoder-decoder)\nQ from the decoder, K and V from memory\n"
+        ("(3) cross-attention (encoder-decoder)\nQ from decoder, K and V from memory\n"
          "mask: source padding", 0.78, cross, "attention"),
         ("add & norm", 0.32, None, "block"),
         ("feed-forward", 0.4, None, "block"),
@@ -177,8 +177,8 @@ def transformer_figure(*, source: str = "You are welcome",
     _frame(ax, _DEC_X, _DEC_W, d[1][0], d[6][1], "decoder layer × N", "right")
     out_top = d[-1][1]
     _arrow(ax, (_DEC_X, out_top), (_DEC_X, out_top + _GAP))
-    # The decoder predicts its input shifted left by one: drop the start token, add <eos>.
-    predicted = " ".join(target.split()[1:] + ["<eos>"])
+    # The decoder predicts its input shifted left by one: drop the start token, add </s>.
+    predicted = " ".join(target.split()[1:] + ["</s>"])
     ax.text(_DEC_X, out_top + _GAP + 0.14, f"probabilities of the next token: {predicted}",
             ha="center", va="center", fontsize=_FONT)
 

@@ -32,16 +32,66 @@ import numpy as np
 from ._attention import _sdpa_cases, _sdpa_mistakes
 from ._core import _Exercise, _judge
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
-from ._inference import _bytes_cases, _bytes_mistakes, _window_cases, _window_mistakes
-from ._masks import _causal_cases, _causal_mistakes, _padding_cases, _padding_mistakes
-from ._multi_head_attention import _mha_cases, _mha_mistakes
-from ._positions import _rope_cases, _rope_mistakes, _slopes_cases, _slopes_mistakes
+from ._inference import (
+    _bytes_cases,
+    _bytes_mistakes,
+    _decode_cases,
+    _decode_mistakes,
+    _decode_raised,
+    _decode_step,
+    _repeat_cases,
+    _repeat_kv_heads,
+    _repeat_mistakes,
+    _window_cases,
+    _window_mistakes,
+)
+from ._layers import _add_and_norm, _norm_cases, _norm_mistakes
+from ._masks import (
+    _causal_cases,
+    _causal_mistakes,
+    _padding_cases,
+    _padding_mistakes,
+    _target_cases,
+    _target_mask,
+    _target_mistakes,
+    _torch_mask_cases,
+    _torch_mask_mistakes,
+)
+from ._multi_head_attention import (
+    _cross_attention,
+    _cross_cases,
+    _cross_mistakes,
+    _mha_cases,
+    _mha_mistakes,
+)
+from ._positions import (
+    _rope_cases,
+    _rope_mistakes,
+    _sinusoid_cases,
+    _sinusoid_mistakes,
+    _slopes_cases,
+    _slopes_mistakes,
+)
 from ._softmax import _softmax_cases, _softmax_mistakes
+from ._tiles import _merge_cases as _tile_cases
+from ._tiles import _merge_mistakes as _tile_mistakes
+from ._tiles import _merge_tiles
+from ._training import _loss_cases, _loss_mistakes, _sequence_loss
+from ._why import (
+    _attention_entropy,
+    _entropy_cases,
+    _entropy_mistakes,
+    _score_std,
+    _std_cases,
+    _std_mistakes,
+)
 
 # Layout: this file holds the public API and the registry. _core.py runs a candidate,
 # compares it with mha and prints the report; each topic module holds the cases and
 # mistake models of its exercises (_softmax, _attention, _heads, _masks,
-# _multi_head_attention, _inference, _positions). Like the specification, the package
+# _multi_head_attention, _inference, _positions, _layers, _why, _training, _tiles). An exercise
+# whose function mha does not export names its reference (a step mha does inside a
+# larger function, such as one decoding step). Like the specification, the package
 # imports only NumPy and the top-level names of mha (mha.softmax, ...), never torch or
 # matplotlib.
 
@@ -58,6 +108,22 @@ _SHAPE_HINT = (
 )
 
 _EXERCISES: dict[str, _Exercise] = {
+    "causal_mask": _Exercise(
+        _causal_cases,
+        ("the mask",),
+        "sizes 1 to 7",
+        _causal_mistakes(),
+        "Draw the mask for size 3 by hand: rows are queries, columns are keys.",
+        exact=True,
+    ),
+    "padding_mask": _Exercise(
+        _padding_cases,
+        ("the mask",),
+        "lengths as an array or a list, max_len, an empty sequence, tokens",
+        _padding_mistakes(),
+        "Write the mask for this input by hand: which positions are real tokens?",
+        exact=True,
+    ),
     "softmax": _Exercise(
         _softmax_cases,
         ("the result",),
@@ -73,6 +139,22 @@ _EXERCISES: dict[str, _Exercise] = {
         "Compare your scores, weights and context with the formula "
         "softmax(q k^T / sqrt(Dh)) v, one step at a time, on this input.",
     ),
+    "sinusoidal_positional_encoding": _Exercise(
+        _sinusoid_cases,
+        ("the table",),
+        "1 to 50 positions, D from 2 to 32",
+        _sinusoid_mistakes(),
+        "Write row 1 for D = 4 by hand: (sin 1, cos 1, sin 0.01, cos 0.01).",
+    ),
+    "add_and_norm": _Exercise(
+        _norm_cases,
+        ("the result",),
+        "batches, D from 4 to 16, another eps, float32",
+        _norm_mistakes(),
+        "Compute one token by hand: add, subtract the mean of its D features, divide "
+        "by sqrt(variance + eps), then gamma * ... + beta.",
+        reference=_add_and_norm,
+    ),
     "split_heads": _Exercise(
         _split_cases,
         ("the result",),
@@ -87,29 +169,83 @@ _EXERCISES: dict[str, _Exercise] = {
         _merge_mistakes(),
         "merge_heads must undo split_heads: check that merging a split gives back the input.",
     ),
-    "causal_mask": _Exercise(
-        _causal_cases,
-        ("the mask",),
-        "sizes 1 to 7",
-        _causal_mistakes(),
-        "Draw the mask for size 3 by hand: rows are queries, columns are keys.",
-        exact=True,
-    ),
-    "padding_mask": _Exercise(
-        _padding_cases,
-        ("the mask",),
-        "lengths, max_len, an empty sequence, tokens",
-        _padding_mistakes(),
-        "Write the mask for this input by hand: which positions are real tokens?",
-        exact=True,
-    ),
     "multi_head_attention": _Exercise(
         _mha_cases,
         ("output", "weights"),
-        "T != S, 2 to 4 heads, masks, a row with nothing to attend to, large scores, float32",
+        "T != S, 2 to 4 heads, masks, biases None, a row with nothing to attend to, large "
+        "scores, float32",
         _mha_mistakes(),
         "Compare each intermediate with mha.multi_head_attention_steps on this input "
         "(q, q_heads, scores, ..., merged, output).",
+    ),
+    "cross_attention": _Exercise(
+        _cross_cases,
+        ("output", "weights"),
+        "a memory narrower, as wide as and wider than x, T != S, source padding, "
+        "biases None, float32",
+        _cross_mistakes(),
+        "Print the shape of q, k, v and the scores on this input: queries (B, T, D) "
+        "from x, keys and values (B, S, D) from memory.",
+        reference=_cross_attention,
+    ),
+    "to_torch_attn_mask": _Exercise(
+        _torch_mask_cases,
+        ("the attn_mask",),
+        "(T, S) masks, a mask per head, a mask shared by the heads",
+        _torch_mask_mistakes(),
+        "Convert a (1, 2, 2, 3) mask by hand: which (T, S) slice is entry b*H + h?",
+        exact=True,
+    ),
+    "score_std": _Exercise(
+        _std_cases,
+        ("the standard deviation",),
+        "head_dim from 9 to 1024, equal and unequal q_std and k_std",
+        _std_mistakes(),
+        "Find the variance of one product q_i k_i, then of the sum of Dh of them.",
+        reference=_score_std,
+    ),
+    "attention_entropy": _Exercise(
+        _entropy_cases,
+        ("the entropy",),
+        "batches and heads, uniform and one-hot rows, blocked keys of weight 0",
+        _entropy_mistakes(),
+        "Compute a uniform row of 4 keys by hand: its entropy is ln 4.",
+        reference=_attention_entropy,
+    ),
+    "sequence_loss": _Exercise(
+        _loss_cases,
+        ("the loss",),
+        "padded and unpadded batches, another pad_id, label smoothing, large logits",
+        _loss_mistakes(),
+        "Compute the loss of one position by hand: -log softmax(logits)[target].",
+        reference=_sequence_loss,
+    ),
+    "target_mask": _Exercise(
+        _target_cases,
+        ("the mask",),
+        "padded sentences, another pad_id, one token, no padding",
+        _target_mistakes(),
+        "Draw the mask of a sentence of 4 tokens whose last one is a pad.",
+        exact=True,
+        reference=_target_mask,
+    ),
+    "decode_step": _Exercise(
+        _decode_cases,
+        ("context", "k_cache", "v_cache"),
+        "an empty cache, 1 to 6 cached positions, 1 to 4 heads, large scores, float32",
+        _decode_mistakes(),
+        "Print the shapes of the grown caches, (B, H, S + 1, Dh), and compare the "
+        "context with a full pass over all S + 1 positions.",
+        reference=_decode_step,
+        raised=_decode_raised(),
+    ),
+    "repeat_kv_heads": _Exercise(
+        _repeat_cases,
+        ("the result",),
+        "groups of 2 and 3, multi-query, multi-head, an empty cache, float32",
+        _repeat_mistakes(),
+        "Write which key/value head each query head reads for H = 6, Hkv = 2.",
+        reference=_repeat_kv_heads,
     ),
     "sliding_window_mask": _Exercise(
         _window_cases,
@@ -129,7 +265,8 @@ _EXERCISES: dict[str, _Exercise] = {
     "apply_rope": _Exercise(
         _rope_cases,
         ("the rotated x",),
-        "one pair, batches and heads, positions after a cache, another base, float32",
+        "one pair, batches and heads, positions after a cache, positions as a list, "
+        "another base, float32",
         _rope_mistakes(),
         "Rotate x (1, 1, 2) = [[[1, 0]]] at position 1 by hand: the result is "
         "(cos 1, sin 1).",
@@ -140,6 +277,15 @@ _EXERCISES: dict[str, _Exercise] = {
         "powers of two from 1 to 16 heads, and 3, 6 and 12 heads",
         _slopes_mistakes(),
         "Write the slopes for 8 heads by hand, then for 4, then fill in 6.",
+    ),
+    "merge_tiles": _Exercise(
+        _tile_cases,
+        ("m", "l", "a"),
+        "batches and heads, an empty tile, a row with nothing to attend to, large scores",
+        _tile_mistakes(),
+        "Merge by hand two tiles of one key each, scores 1 and 3: m' = 3, and "
+        "l' = e^(1 - 3) + 1.",
+        reference=_merge_tiles,
     ),
 }
 

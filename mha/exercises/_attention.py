@@ -160,6 +160,14 @@ def _attention_mistakes(
             "scaled_dot_product_attention, the opposite of nn.MultiheadAttention's.",
         ),
         _Mistake(
+            attend(block=lambda s, m: np.where(np.swapaxes(m, -1, -2), s, -np.inf)),
+            "The mask is applied along the queries (transposed): its rows are used as "
+            "keys, so a padding mask blocks the rows of the pads instead of their "
+            "columns, and a causal mask lets each query see the future.",
+            "Rows are queries and columns are keys, in the mask as in the scores "
+            "(..., T, S): a padding mask of shape (B, 1, 1, S) already has its keys last.",
+        ),
+        _Mistake(
             attend(block=lambda s, m: s),
             "The mask has no effect: blocked keys still get weight.",
             "Revisit how a blocked key is made to get exactly zero weight from the softmax.",
@@ -257,6 +265,7 @@ def _sdpa_cases(rng: np.random.Generator) -> list[_Case]:
         _sdpa_case(rng, (), (4, 5, 3, 2), _mixed_mask(rng, 4, 5)),
         _sdpa_case(rng, (2, 2), (5, 5, 3, 4), mha.causal_mask(5), tag="causal"),
         _sdpa_case(rng, (2, 2), (3, 5, 3, 4), mha.padding_mask([5, 2]), tag="padding"),
+        _sdpa_case(rng, (2, 2), (4, 4, 3, 2), mha.padding_mask([4, 2]), tag="padding, T == S"),
         _sdpa_case(rng, (2,), (3, 4, 5, 2), tag="large scores such as 1000", query_scale=1e3),
         _sdpa_case(rng, (2,), (4, 3, 2, 3), empty, tag="a row with nothing to attend to"),
         _sdpa_case(

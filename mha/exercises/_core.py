@@ -55,6 +55,12 @@ class _Exercise:
     mistakes: tuple[_Mistake, ...]
     generic_hint: str
     exact: bool = False  # masks: equal entries and a boolean dtype
+    # the correct function, when mha has none of this name (a step mha does inside a
+    # larger function, such as one decoding step); None: mha.<name>
+    reference: Callable[..., Any] | None = None
+    # mistakes that raise on every case, told by the error they raise: (fragments of
+    # the message, any of which names it; the diagnosis). Judged after the models.
+    raised: tuple[tuple[tuple[str, ...], _Mistake], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -236,7 +242,7 @@ def _judge(
 
     The work of :func:`mha.exercises.check` once the name and the candidate are valid.
     """
-    reference = getattr(mha, name)
+    reference = exercise.reference or getattr(mha, name)
     signature = inspect.signature(reference)
     count = len(exercise.outputs)
     run = partial(_run, count=count, signature=signature)
@@ -297,6 +303,11 @@ def _judge(
                 and _agree(g.value, outs[i].value, exercise.exact, case.loose)
             ),
             None,
+        )
+    if matched is None and g.error is not None:
+        text = str(g.error)
+        matched = next(
+            (m for fragments, m in exercise.raised if any(f in text for f in fragments)), None
         )
     if matched is None:
         _say(f"{where}: {failure}.", f"Hint: {exercise.generic_hint}")

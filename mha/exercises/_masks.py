@@ -9,7 +9,7 @@ import numpy as np
 
 import mha
 
-from ._core import _Case, _Mistake
+from ._core import _Case, _Mistake, _mixed_mask
 
 # --------------------------------------------------------------------------- mistake models
 
@@ -148,6 +148,7 @@ def _padding_cases(rng: np.random.Generator) -> list[_Case]:
     return [
         _Case("lengths [3, 1, 4]", (np.array([3, 1, 4]),)),
         _Case("lengths [2, 5], max_len=7", (np.array([2, 5]),), {"max_len": 7}),
+        _Case("lengths as a list [2, 4, 1]", ([2, 4, 1],)),
         _Case(
             "lengths [0, 3], max_len=3: a sequence with nothing to attend to",
             (np.array([0, 3]),),
@@ -155,4 +156,160 @@ def _padding_cases(rng: np.random.Generator) -> list[_Case]:
         ),
         _Case("tokens (3, 5), pad_id=0", (), {"tokens": tokens, "pad_id": 0}),
         _Case("tokens (2, 4), pad_id=1", (), {"tokens": other_pad, "pad_id": 1}),
+    ]
+
+
+# --------------------------------------------------------------------------- to_torch_attn_mask
+# Chapter 5's Rosetta stone: mha's mask (True = may attend, (T, S) or (B, 1 or H, T, S))
+# to nn.MultiheadAttention's boolean attn_mask (True = blocked, (T, S) or (B*H, T, S)).
+
+
+def _torch_mask_model(*, invert: bool = True, head_major: bool = False,
+                      broadcast: bool = True, additive: bool = False) -> Callable[..., Any]:
+    def model(mask: Any, num_heads: int | None = None) -> np.ndarray:
+        mask = np.asarray(mask)
+        out = ~mask if invert else mask
+        if mask.ndim == 4:
+            batch, _, target_len, source_len = mask.shape
+            if broadcast:
+                out = np.broadcast_to(out, (batch, num_heads, target_len, source_len))
+            if head_major:
+                out = np.swapaxes(out, 0, 1)  # (H, B, T, S): heads outermost
+            out = out.reshape(-1, target_len, source_len)
+        return np.where(out, -np.inf, 0.0) if additive else out
+
+    return model
+
+
+def _torch_mask_mistakes() -> tuple[_Mistake, ...]:
+    return (
+        _Mistake(
+            _torch_mask_model(invert=False),
+            "Not inverted: nn.MultiheadAttention's boolean attn_mask marks the blocked "
+            "positions with True, the opposite of mha's True = may attend.",
+            "Look at the Rosetta stone's column for nn.MultiheadAttention: what does "
+            "True mean there?",
+        ),
+        _Mistake(
+            _torch_mask_model(head_major=True),
+            "The (B*H) axis is head-major (all batches of head 0, then head 1, ...); "
+            "PyTorch's order is batch-major: entry b*H + h is batch b, head h.",
+            "A reshape of (B, H, T, S) to (B*H, T, S) keeps the batch outermost: no "
+            "transpose is needed.",
+        ),
+        _Mistake(
+            _torch_mask_model(broadcast=False),
+            "A mask shared by the heads, (B, 1, T, S), is not copied to every head: "
+            "PyTorch wants one (T, S) slice per batch and head, B*H of them.",
+            "np.broadcast_to can repeat the head axis of size 1 to num_heads.",
+        ),
+        _Mistake(
+            _torch_mask_model(additive=True),
+            "A float additive mask (0 and -inf); the exercise asks for the boolean "
+            "attn_mask, True = blocked.",
+            "PyTorch accepts both kinds; the boolean one keeps the conversion exact.",
+        ),
+    )
+
+
+def _torch_mask_cases(rng: np.random.Generator) -> list[_Case]:
+    def case(mask: np.ndarray, tag: str, num_heads: int | None = None) -> _Case:
+        kwargs = {} if num_heads is None else {"num_heads": num_heads}
+        label = f"mask {mask.shape}" + (f", num_heads={num_heads}" if num_heads else "")
+        return _Case(f"{label}: {tag}", (mask,), kwargs)
+
+    return [
+        case(mha.causal_mask(4), "causal (T, S)"),
+        case(_mixed_mask(rng, 3, 5), "random (T, S)"),
+        case(_mixed_mask(rng, 2, 3, 4, 4), "one mask per head", 3),
+        case(_mixed_mask(rng, 3, 1, 2, 5), "shared by the heads", 2),
+        case(mha.padding_mask([2, 4], max_len=4) & mha.causal_mask(4), "padding and causal", 3),
+    ]
+
+
+# --------------------------------------------------------------------------- target_mask
+# Chapter 7: the translator's decoder self-attention mask, from the token ids.
+
+
+def _target_mask(tokens: Any, pad_id: int) -> np.ndarray:
+    """(B, 1, T, T): query t may read key u iff u <= t and token u is not padding."""
+    tokens = np.asarray(tokens)
+    causal = mha.causal_mask(tokens.shape[1])  # (T, T)
+    return mha.combine_masks(causal, mha.padding_mask(tokens=tokens, pad_id=pad_id))
+
+
+def _target_model(*, causal: bool = True, padding: str = "keys", diagonal: int = 0,
+                  invert: bool = False, squeeze: bool = False,
+                  pad_zero: bool = False) -> Callable[..., np.ndarray]:
+    def model(tokens: Any, pad_id: int) -> np.ndarray:
+        tokens = np.asarray(tokens)
+        size = tokens.shape[1]
+        real = tokens != (0 if pad_zero else pad_id)  # (B, T)
+        mask = np.ones((tokens.shape[0], 1, size, size), dtype=bool)
+        if causal:
+            mask &= np.tril(np.ones((size, size), dtype=bool), k=diagonal)
+        if padding == "keys":
+            mask &= real[:, None, None, :]
+        elif padding == "queries":
+            mask &= real[:, None, :, None]
+        mask = ~mask if invert else mask
+        return mask[:, 0] if squeeze else mask
+
+    return model
+
+
+def _target_mistakes() -> tuple[_Mistake, ...]:
+    return (
+        _Mistake(
+            _target_model(padding="queries"),
+            "The padding is applied along the queries (the mask is transposed for it): "
+            "the rows of the pads are blocked, while the real queries can still read "
+            "the pads.",
+            "Padding hides keys: the pad positions are columns of the mask, "
+            "(B, 1, 1, T).",
+        ),
+        _Mistake(
+            _target_model(padding="none"),
+            "Only the causal mask: the queries may read the padding.",
+            "tgt_in of a short sentence ends in pads: which keys must no query read?",
+        ),
+        _Mistake(
+            _target_model(causal=False),
+            "Only the padding mask: the queries may read the future.",
+            "In training the decoder sees the whole target: what keeps step t from "
+            "reading word t + 1?",
+        ),
+        _Mistake(
+            _target_model(diagonal=-1),
+            "Off by one: the diagonal is blocked, so a step cannot read its own token.",
+            "Step t reads the tokens 0 .. t, its own included.",
+        ),
+        _Mistake(
+            _target_model(invert=True),
+            "An inverted mask: True marks the blocked positions; in mha, True = may "
+            "attend.",
+            "Revisit mha's mask convention (True = may attend).",
+        ),
+        _Mistake(
+            _target_model(squeeze=True),
+            "Shape (B, T, T): the mask needs a head axis, (B, 1, T, T), to broadcast "
+            "over the heads of the scores (B, H, T, T).",
+            "Revisit how NumPy aligns (B, T, T) with (B, H, T, T): from the right.",
+        ),
+        _Mistake(
+            _target_model(pad_zero=True),
+            "Padding is recognised by the id 0, whatever pad_id says.",
+            "The padding id is an argument: compare the tokens with it.",
+        ),
+    )
+
+
+def _target_cases(rng: np.random.Generator) -> list[_Case]:
+    batch = np.array([[1, 5, 7, 2, 0, 0], [1, 3, 2, 0, 0, 0], [1, 4, 4, 6, 5, 2]])
+    other_pad = np.array([[1, 6, 6, 3], [1, 3, 3, 3]])
+    return [
+        _Case("tokens (3, 6), pad_id=0: two padded sentences", (batch, 0)),
+        _Case("tokens (2, 4), pad_id=3", (other_pad, 3)),
+        _Case("tokens (1, 1), pad_id=0: <s> alone", (np.array([[1]]), 0)),
+        _Case("tokens (2, 5), pad_id=0: no padding", (rng.integers(1, 9, size=(2, 5)), 0)),
     ]

@@ -58,12 +58,23 @@ def _multi_head(
     merge: Callable[[np.ndarray], np.ndarray] = _merge,
     project_output: bool = True,
     average_weights: bool = False,
+    output_per_head: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention with each step replaceable; defaults are correct."""
     q = split(_linear(query, params.W_q, params.b_q), num_heads)  # (B, H, T, Dh)
     k = split(_linear(key, params.W_k, params.b_k), num_heads)  # (B, H, S, Dh)
     v = split(_linear(value, params.W_v, params.b_v), num_heads)  # (B, H, S, Dh)
     context, weights = attend(q, k, v, mask)  # (B, H, T, Dh), (B, H, T, S)
+    if output_per_head:  # head h times only its own block of W_o, then merged
+        head_dim = context.shape[-1]
+        blocks = [
+            context[:, h] @ params.W_o[h * head_dim:(h + 1) * head_dim,
+                                       h * head_dim:(h + 1) * head_dim]
+            for h in range(num_heads)
+        ]  # H x (B, T, Dh)
+        merged = merge(np.stack(blocks, axis=1))  # (B, H, T, Dh) -> (B, T, D)
+        output = merged if params.b_o is None else merged + params.b_o
+        return output, weights
     merged = merge(context)  # (B, H, T, Dh) -> (B, T, D)
     output = _linear(merged, params.W_o, params.b_o) if project_output else merged
     return output, weights.mean(axis=1) if average_weights else weights
@@ -97,6 +108,13 @@ def _mha_mistakes() -> tuple[_Mistake, ...]:
             "W_o forgotten: the output is the merged heads, without the output "
             "projection (merged @ W_o + b_o).",
             "Revisit MultiHead = Concat(head_1, ..., head_H) W_o: what mixes the heads?",
+        ),
+        _Mistake(
+            partial(_multi_head, output_per_head=True),
+            "W_o is applied per head before the merge: each head's context is "
+            "multiplied only by its own Dh x Dh block of W_o, so the heads never mix.",
+            "W_o takes the whole concatenation, D features from all heads, to each of "
+            "the D outputs: merge first, then project.",
         ),
         _Mistake(
             _with_params(lambda p: {n: None for n in ("b_q", "b_k", "b_v", "b_o")}),
@@ -157,14 +175,23 @@ def _mha_mistakes() -> tuple[_Mistake, ...]:
 # --------------------------------------------------------------------------- cases
 
 
-def _params(rng: np.random.Generator, d_model: int, dtype: Any = np.float64) -> Any:
-    """Seeded weights with non-zero biases (init's are zero, which would hide bias bugs)."""
+def _params(rng: np.random.Generator, d_model: int, dtype: Any = np.float64,
+            biases: bool = True, kv_width: int | None = None) -> Any:
+    """Seeded weights with non-zero biases (init's are zero, which would hide bias bugs);
+    ``biases=False``: all four None. ``kv_width``: keys and values of another width."""
     params = mha.AttentionParams.init(d_model, seed=int(rng.integers(1000)), dtype=dtype)
-    biases = {
-        name: (rng.normal(size=d_model) * 0.5).astype(dtype)
-        for name in ("b_q", "b_k", "b_v", "b_o")
-    }
-    return dataclasses.replace(params, **biases)
+    if kv_width is not None:
+        scale = kv_width**-0.5
+        params = dataclasses.replace(
+            params,
+            W_k=(rng.normal(size=(kv_width, d_model)) * scale).astype(dtype),
+            W_v=(rng.normal(size=(kv_width, d_model)) * scale).astype(dtype),
+        )
+    names = ("b_q", "b_k", "b_v", "b_o")
+    if not biases:
+        return dataclasses.replace(params, **{name: None for name in names})
+    values = {name: (rng.normal(size=d_model) * 0.5).astype(dtype) for name in names}
+    return dataclasses.replace(params, **values)
 
 
 def _mha_case(
@@ -175,6 +202,7 @@ def _mha_case(
     tag: str = "",
     scale: float = 1.0,
     dtype: Any = np.float64,
+    biases: bool = True,
 ) -> _Case:
     batch, target_len, source_len = sizes
     d_model = 12
@@ -187,7 +215,7 @@ def _mha_case(
     kwargs = {} if mask is None else {"mask": mask}
     parts = [_label(query=query, key=key, value=value), f"num_heads={num_heads}", _label(**kwargs)]
     label = ", ".join(filter(None, [*parts, tag]))
-    args = (query, key, value, _params(rng, d_model, dtype), num_heads)
+    args = (query, key, value, _params(rng, d_model, dtype, biases), num_heads)
     return _Case(label, args, kwargs, loose=dtype == np.float32)
 
 
@@ -200,7 +228,101 @@ def _mha_cases(rng: np.random.Generator) -> list[_Case]:
         _mha_case(rng, (2, 5, 0), 4),
         _mha_case(rng, (2, 5, 0), 3, mha.causal_mask(5), "causal"),
         _mha_case(rng, (2, 3, 6), 3, mha.padding_mask([6, 4]), "padding"),
+        _mha_case(rng, (2, 5, 0), 2, mha.padding_mask([5, 3]), "padding, self-attention"),
+        _mha_case(rng, (2, 4, 0), 3, tag="biases None", biases=False),
         _mha_case(rng, (2, 3, 5), 3, tag="large scores such as 1000", scale=40.0),
         _mha_case(rng, (2, 4, 0), 2, empty, "a row with nothing to attend to"),
         _mha_case(rng, (1, 4, 0), 3, mha.causal_mask(4), "float32", dtype=np.float32),
+    ]
+
+
+# --------------------------------------------------------------------------- cross_attention
+# Chapter 5: the decoder's queries read an encoder memory whose width may differ from
+# d_model (PyTorch's kdim and vdim): W_k and W_v are (D_mem, D).
+
+
+def _cross_attention(x: Any, memory: Any, params: Any, num_heads: int,
+                     mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Queries from x (B, T, D); keys and values from memory (B, S, D_mem)."""
+    return mha.multi_head_attention(x, memory, memory, params, num_heads, mask)
+
+
+def _cross_model(**change: Any) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
+    roles = change.pop("roles", "cross")
+    causal = change.pop("causal", False)
+    values_with_w_k = change.pop("values_with_w_k", False)
+
+    def model(x: Any, memory: Any, params: Any, num_heads: int, mask: Any = None) -> Any:
+        query, source = (memory, x) if roles == "swapped" else (x, memory)
+        if roles == "self":
+            source = x
+        if causal:
+            top_left = np.tril(np.ones((x.shape[1], memory.shape[1]), dtype=bool))
+            mask = top_left if mask is None else mask & top_left
+        if values_with_w_k:
+            params = dataclasses.replace(params, W_v=params.W_k, b_v=params.b_k)
+        return _multi_head(query, source, source, params, num_heads, mask, **change)
+
+    return model
+
+
+def _cross_mistakes() -> tuple[_Mistake, ...]:
+    return (
+        _Mistake(
+            _cross_model(roles="self"),
+            "Self-attention: the keys and values come from x instead of the memory "
+            "(the shapes only fit when the memory is as wide as x).",
+            "In cross-attention the decoder asks (queries from x) and the source "
+            "answers (keys and values from memory).",
+        ),
+        _Mistake(
+            _cross_model(roles="swapped"),
+            "The roles are swapped: the queries come from the memory and the keys and "
+            "values from x.",
+            "The output has one row per query: a decoder position, so T rows.",
+        ),
+        _Mistake(
+            _cross_model(causal=True),
+            "A causal mask is added: cross-attention may read the whole source, every "
+            "target position every source word.",
+            "The causal mask hides future *target* words; the source is all known.",
+        ),
+        _Mistake(
+            _cross_model(project_output=False),
+            "W_o forgotten: the output is the merged heads, without the output "
+            "projection (merged @ W_o + b_o).",
+            "Cross-attention ends like every multi-head attention: Concat(heads) W_o.",
+        ),
+        _Mistake(
+            _cross_model(values_with_w_k=True),
+            "The values are projected with W_k (and b_k): keys and values share the "
+            "memory but not the projection.",
+            "Queries, keys and values each have their own projection.",
+        ),
+        *_attention_output_mistakes(("output", "weights"), _cross_attention),
+    )
+
+
+def _cross_cases(rng: np.random.Generator) -> list[_Case]:
+    d_model = 12
+
+    def case(batch: int, target_len: int, source_len: int, mem_width: int, num_heads: int,
+             mask: np.ndarray | None = None, tag: str = "", biases: bool = True,
+             dtype: Any = np.float64) -> _Case:
+        x = rng.normal(size=(batch, target_len, d_model)).astype(dtype)
+        memory = rng.normal(size=(batch, source_len, mem_width)).astype(dtype)
+        params = _params(rng, d_model, dtype, biases,
+                         None if mem_width == d_model else mem_width)
+        kwargs = {} if mask is None else {"mask": mask}
+        label = ", ".join(filter(None, [_label(x=x, memory=memory, **kwargs),
+                                        f"num_heads={num_heads}", tag]))
+        return _Case(label, (x, memory, params, num_heads), kwargs, loose=dtype == np.float32)
+
+    return [
+        case(2, 3, 5, 8, 3, tag="memory narrower than x"),
+        case(1, 4, 4, 12, 2, tag="memory as wide as x"),
+        case(2, 3, 6, 12, 3, tag="memory as wide as x, T != S"),
+        case(2, 4, 5, 20, 4, mha.padding_mask([5, 3]), "source padding, wider memory"),
+        case(2, 2, 4, 6, 2, tag="biases None", biases=False),
+        case(1, 3, 4, 8, 3, mha.padding_mask([2], max_len=4), "float32", dtype=np.float32),
     ]

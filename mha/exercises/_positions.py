@@ -50,11 +50,83 @@ def _slopes_halving(num_heads: int) -> np.ndarray:
     return 2.0 ** -np.arange(1.0, num_heads + 1)
 
 
+def _powers(count: int) -> np.ndarray:
+    return 2.0 ** (-8.0 * np.arange(1, count + 1) / count)
+
+
+def _largest_power_of_two(num_heads: int) -> int:
+    return 2 ** int(np.floor(np.log2(num_heads)))
+
+
+def _slopes_even_powers(num_heads: int) -> np.ndarray:
+    closest = _largest_power_of_two(num_heads)
+    extra = _powers(2 * closest)[1::2][: num_heads - closest]  # repeats of the first ones
+    return np.concatenate([_powers(closest), extra])
+
+
+def _slopes_sorted(num_heads: int) -> np.ndarray:
+    return np.sort(mha.alibi_slopes(num_heads))[::-1].copy()
+
+
 def _slopes_reversed(num_heads: int) -> np.ndarray:
     return mha.alibi_slopes(num_heads)[::-1].copy()
 
 
+def _sinusoid(*, swap: bool = False, per_dimension: bool = False, halves: bool = False,
+              start: int = 0, multiply: bool = False) -> Callable[..., np.ndarray]:
+    """The sinusoidal table with one thing changed."""
+
+    def model(max_len: int, d_model: int, dtype: Any = np.float64) -> np.ndarray:
+        pos = np.arange(start, start + max_len)[:, None]  # (L, 1)
+        i = np.arange(d_model // 2)
+        exponent = (i if per_dimension else 2 * i) / d_model
+        angles = pos * 10000.0**exponent if multiply else pos / 10000.0**exponent
+        first, second = (np.cos, np.sin) if swap else (np.sin, np.cos)
+        if halves:
+            return np.concatenate([first(angles), second(angles)], axis=-1)
+        table = np.empty((max_len, d_model))
+        table[:, 0::2], table[:, 1::2] = first(angles), second(angles)
+        return table
+
+    return model
+
+
 # --------------------------------------------------------------------------- diagnoses
+
+
+def _sinusoid_mistakes() -> tuple[_Mistake, ...]:
+    return (
+        _Mistake(
+            _sinusoid(swap=True),
+            "sin and cos are swapped: the even columns 2i hold the cosines.",
+            "Row 0 (position 0) is (sin 0, cos 0, sin 0, ...) = (0, 1, 0, 1, ...).",
+        ),
+        _Mistake(
+            _sinusoid(per_dimension=True),
+            "Each column gets its own frequency, 10000^(-j/D) for column j: the two "
+            "columns of a pair (2i, 2i + 1) must share 10000^(-2i/D).",
+            "A sine and a cosine of the same angle make one pair: a rotation.",
+        ),
+        _Mistake(
+            _sinusoid(halves=True),
+            "All sines first, then all cosines: the formula interleaves them, sine in "
+            "column 2i and cosine in column 2i + 1.",
+            "Write out the first four columns of row 1 for D = 4 from the formula.",
+        ),
+        _Mistake(
+            _sinusoid(start=1),
+            "The positions start at 1: row 0 is position 0.",
+            "Row 0 of the table should be (0, 1, 0, 1, ...).",
+        ),
+        _Mistake(
+            _sinusoid(multiply=True),
+            "The positions are multiplied by 10000^(2i/D) instead of divided: the "
+            "wavelengths shrink instead of growing.",
+            "Pair 0 turns fastest (one radian per position); the last pairs turn "
+            "slowest.",
+        ),
+    )
+
 
 
 def _rope_mistakes() -> tuple[_Mistake, ...]:
@@ -76,6 +148,11 @@ def _rope_mistakes() -> tuple[_Mistake, ...]:
             _rope(sign=-1.0),
             "Each pair turns clockwise: the sines have the wrong sign.",
             "A rotation by a: (x, y) -> (x cos a - y sin a, x sin a + y cos a).",
+        ),
+        _Mistake(
+            lambda x, positions, base=10000.0: _rope()(x, positions),
+            "base is ignored: the frequencies always use 10000, whatever base is given.",
+            "base is an argument: pair i turns at base^(-2i/Dh).",
         ),
         _Mistake(
             _rope(ignore_positions=True),
@@ -106,6 +183,22 @@ def _slopes_mistakes() -> tuple[_Mistake, ...]:
             "For 16 heads the first slope is 2^(-1/2), not 1/2.",
         ),
         _Mistake(
+            _slopes_even_powers,
+            "The filled-in slopes are the even powers of the 2n sequence, which repeat "
+            "slopes that are already there; they should be the odd ones (2^(-8k/2n) "
+            "for odd k), which lie between them.",
+            "For 6 heads: the 4 slopes of 4 heads, then the slopes of 8 heads that "
+            "4 heads do not have.",
+        ),
+        _Mistake(
+            _slopes_sorted,
+            "Right slopes, wrong order for a head count that is not a power of two: "
+            "they are sorted from steepest to gentlest, but the paper puts the n slopes "
+            "of the power of two first, then the filled-in ones.",
+            "For 6 heads: first the 4 slopes of 4 heads, in their order, then the 2 new "
+            "ones.",
+        ),
+        _Mistake(
             _slopes_reversed,
             "The slopes are in reverse order: head 0 should have the steepest slope.",
             "The sequence starts at its largest value and shrinks.",
@@ -114,6 +207,13 @@ def _slopes_mistakes() -> tuple[_Mistake, ...]:
 
 
 # --------------------------------------------------------------------------- cases
+
+
+def _sinusoid_cases(rng: np.random.Generator) -> list[_Case]:
+    return [
+        _Case(f"max_len={n}, d_model={d}", (n, d))
+        for n, d in ((4, 2), (6, 4), (10, 8), (1, 6), (50, 32))
+    ]
 
 
 def _rope_cases(rng: np.random.Generator) -> list[_Case]:
@@ -126,6 +226,8 @@ def _rope_cases(rng: np.random.Generator) -> list[_Case]:
         _Case("x (3, 8), positions [0, 5, 2], base=100", (rng.normal(size=(3, 8)),
                                                          np.array([0, 5, 2])),
               {"base": 100.0}),
+        _Case("x (2, 3, 4), positions as a list [3, 1, 4]",
+              (rng.normal(size=(2, 3, 4)), [3, 1, 4])),
         _Case("x (2, 4, 4) float32, positions 0..3",
               (rng.normal(size=(2, 4, 4)).astype(np.float32), np.arange(4)), loose=True),
     ]

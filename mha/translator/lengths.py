@@ -6,7 +6,9 @@ source words (one clause, or two short clauses joined by "and"). It is then scor
 whole-sentence exact match, on held-out sentences of those same lengths ("has it
 learned the task?") and on two-clause sentences of 11 to 15 words, the same number of
 each length ("does it generalise in length?"). Every position scheme of
-:class:`~mha.transformer.Transformer` (sinusoidal, RoPE, ALiBi) is trained with the same
+:class:`~mha.transformer.Transformer` (sinusoidal, RoPE, ALiBi with the symmetric bias in
+the encoder, and ALiBi with different slopes to the left and to the right,
+``"alibi_directional"``) is trained with the same
 recipe and budget for each of five seeds; a seed fixes the split, the initial weights
 and the batch order, so the schemes are compared on the same sentences.
 
@@ -334,29 +336,31 @@ def format_table(results: dict[str, Any]) -> str:
     lines = [
         f"exact match over {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
         f"{results['train_config']['steps']} steps each",
-        f"{'':<12}{same:<27}{longer}",
-        f"{'positions':<12}{' mean   min   max':<27} mean   min   max",
+        f"{'':<19}{same:<27}{longer}",
+        f"{'positions':<19}{' mean   min   max':<27} mean   min   max",
     ]
     for scheme, row in summary.items():
         cells = [" ".join(f"{x:.3f}" for x in row[m]) for m in ("heldout", "longer")]
-        lines.append(f"{scheme:<12}{cells[0]:<27}{cells[1]}")
+        lines.append(f"{scheme:<19}{cells[0]:<27}{cells[1]}")
     lines += ["", "longer, mean exact match by source length (words):"]
-    lines.append(f"{'positions':<12}" + "".join(f"{n:>7}" for n in lengths))
+    lines.append(f"{'positions':<19}" + "".join(f"{n:>7}" for n in lengths))
     for scheme, row in summary.items():
-        lines.append(f"{scheme:<12}" + "".join(f"{row[n][0]:>7.3f}" for n in lengths))
+        lines.append(f"{scheme:<19}" + "".join(f"{row[n][0]:>7.3f}" for n in lengths))
     return "\n".join(lines)
 
 
-def _comma_list(text: str) -> list[str]:
+def comma_list(text: str) -> list[str]:
+    """An argparse type: ``"a, b"`` -> ``["a", "b"]`` (both length studies use it)."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"not a comma-separated list: {text!r}")
     return items
 
 
-def _seed_list(text: str) -> list[int]:
+def seed_list(text: str) -> list[int]:
+    """An argparse type: ``"0,1,2"`` -> ``[0, 1, 2]``."""
     try:
-        return [int(t) for t in _comma_list(text)]
+        return [int(t) for t in comma_list(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of seeds: {text!r}") from None
 
@@ -368,12 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--positions",
-        type=_comma_list,
+        type=comma_list,
         default=list(POSITIONS),
         help=f"comma-separated schemes (default {','.join(POSITIONS)})",
     )
     parser.add_argument(
-        "--seeds", type=_seed_list, default=list(SEEDS), help="comma-separated (default 0-4)"
+        "--seeds", type=seed_list, default=list(SEEDS), help="comma-separated (default 0-4)"
     )
     parser.add_argument("--steps", type=int, default=STEPS, help=f"default {STEPS}")
     parser.add_argument(

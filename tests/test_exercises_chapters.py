@@ -1,0 +1,685 @@
+"""The checkers that give each chapter exercises of its own subject (issue 24).
+
+As in test_exercises.py, every candidate is written here, independently of the models in
+``mha.exercises``: correct but unusual answers (einsum, loops, torch tensors) must pass,
+and each typical wrong answer must get its own diagnosis and no other's. The references
+that ``mha.exercises`` writes itself (mha exports no function of that name) are checked
+against PyTorch or against the mha code that does the same step inside a larger function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mha
+from mha import exercises
+from mha.translator.training import sequence_loss as torch_sequence_loss
+
+
+def run(capsys: pytest.CaptureFixture[str], name: str, candidate: Callable) -> tuple[bool, str]:
+    verdict = exercises.check(name, candidate)
+    return bool(verdict), " ".join(capsys.readouterr().out.split())
+
+
+# --------------------------------------------------------------------------- chapter 3
+
+
+def pe_loops(max_len, d_model, dtype=np.float64):
+    table = np.zeros((max_len, d_model))
+    for pos in range(max_len):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            table[pos, 2 * i], table[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return table
+
+
+def pe_complex(max_len, d_model, dtype=np.float64):
+    """exp(i angle): the real part is the cosine, the imaginary part the sine."""
+    angles = np.outer(np.arange(max_len), 10000.0 ** (-np.arange(0, d_model, 2) / d_model))
+    turns = np.exp(1j * angles)
+    return np.stack([turns.imag, turns.real], axis=-1).reshape(max_len, d_model)
+
+
+def pe_variant(swap=False, per_column=False, halves=False, start=0, multiply=False):
+    def candidate(max_len, d_model, dtype=np.float64):
+        pos = np.arange(start, start + max_len)[:, None]
+        j = np.arange(d_model // 2)
+        exponent = (j if per_column else 2 * j) / d_model
+        angles = pos * 10000**exponent if multiply else pos / 10000**exponent
+        a, b = (np.cos(angles), np.sin(angles)) if swap else (np.sin(angles), np.cos(angles))
+        if halves:
+            return np.hstack([a, b])
+        return np.stack([a, b], axis=-1).reshape(max_len, d_model)
+
+    return candidate
+
+
+def norm_loops(x, sublayer_out, gamma, beta, eps=1e-5):
+    out = np.empty(np.shape(x))
+    for index in np.ndindex(*np.shape(x)[:-1]):
+        y = x[index] + sublayer_out[index]
+        mean = sum(y) / len(y)
+        var = sum((v - mean) ** 2 for v in y) / len(y)
+        out[index] = [g * (v - mean) / math.sqrt(var + eps) + b
+                      for v, g, b in zip(y, gamma, beta, strict=True)]
+    return out
+
+
+def norm_torch(x, sublayer_out, gamma, beta, eps=1e-5):
+    y = torch.from_numpy(x + sublayer_out)
+    return F.layer_norm(y, y.shape[-1:], torch.from_numpy(gamma), torch.from_numpy(beta), eps)
+
+
+def norm_variant(order="post", axis=-1, ddof=0, eps_outside=False):
+    def ln(y, gamma, beta, eps):
+        mean = y.mean(axis=axis, keepdims=True)
+        std = y.std(axis=axis, keepdims=True, ddof=ddof)
+        spread = std + eps if eps_outside else np.sqrt(std**2 + eps)
+        return gamma * (y - mean) / spread + beta
+
+    def candidate(x, sublayer_out, gamma, beta, eps=1e-5):
+        if order == "pre":
+            return x + ln(sublayer_out, gamma, beta, eps)
+        if order == "none":
+            return ln(sublayer_out, gamma, beta, eps)
+        if order == "swapped":
+            return ln(x + sublayer_out, beta, gamma, eps)
+        if order == "plain":
+            return ln(x + sublayer_out, np.ones_like(gamma), np.zeros_like(beta), eps)
+        return ln(x + sublayer_out, gamma, beta, eps)
+
+    return candidate
+
+
+# --------------------------------------------------------------------------- chapter 5
+
+
+def cross_loops(x, memory, params, num_heads, mask=None):
+    """Heads one by one, each with its own slices of the weights; biases may be None."""
+    def linear(a, w, b):
+        return a @ w if b is None else a @ w + b
+
+    head_dim = params.W_q.shape[1] // num_heads
+    q, k, v = (linear(x, params.W_q, params.b_q), linear(memory, params.W_k, params.b_k),
+               linear(memory, params.W_v, params.b_v))
+    contexts, weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        scores = np.einsum("btd,bsd->bts", q[..., cols], k[..., cols]) / math.sqrt(head_dim)
+        if mask is not None:
+            scores = np.where(mask[:, 0], scores, -np.inf)
+        w = mha.softmax(scores)
+        contexts.append(w @ v[..., cols])
+        weights.append(w)
+    return linear(np.concatenate(contexts, -1), params.W_o, params.b_o), np.stack(weights, 1)
+
+
+def cross_variant(roles="cross", causal=False, no_w_o=False, v_with_w_k=False):
+    def candidate(x, memory, params, num_heads, mask=None):
+        if roles == "self":
+            memory = x
+        elif roles == "swapped":
+            x, memory = memory, x
+        if causal:
+            tril = np.tril(np.ones((x.shape[1], memory.shape[1]), dtype=bool))
+            mask = tril if mask is None else mask & tril
+        steps = mha.multi_head_attention_steps(
+            x, memory, memory, params if not v_with_w_k else _with_w_v(params), num_heads,
+            mask)
+        return (steps.merged if no_w_o else steps.output), steps.weights
+
+    return candidate
+
+
+def _with_w_v(params):
+    import dataclasses
+
+    return dataclasses.replace(params, W_v=params.W_k, b_v=params.b_k)
+
+
+def torch_mask_loops(mask, num_heads=None):
+    mask = np.asarray(mask)
+    if mask.ndim == 2:
+        return mask == False  # noqa: E712 - elementwise
+    batch, heads, target_len, source_len = mask.shape
+    out = np.zeros((batch * num_heads, target_len, source_len), dtype=bool)
+    for b in range(batch):
+        for h in range(num_heads):
+            out[b * num_heads + h] = ~mask[b, h if heads > 1 else 0]
+    return out
+
+
+def torch_mask_variant(invert=True, head_major=False, broadcast=True, additive=False):
+    def candidate(mask, num_heads=None):
+        blocked = ~mask if invert else mask
+        if mask.ndim == 4:
+            if broadcast:
+                blocked = np.repeat(blocked, num_heads // blocked.shape[1], axis=1)
+            if head_major:
+                blocked = blocked.transpose(1, 0, 2, 3)
+            blocked = blocked.reshape(-1, *blocked.shape[-2:])
+        return np.where(blocked, -np.inf, 0.0) if additive else blocked
+
+    return candidate
+
+
+# --------------------------------------------------------------------------- chapter 6
+
+
+def entropy_torch(weights):
+    w = torch.from_numpy(np.asarray(weights))
+    return -torch.special.xlogy(w, w).sum(-1)
+
+
+def entropy_loops(weights):
+    weights = np.asarray(weights)
+    out = np.zeros(weights.shape[:-1])
+    for index in np.ndindex(*weights.shape[:-1]):
+        out[index] = -sum(w * math.log(w) for w in weights[index] if w > 0)
+    return out
+
+
+def entropy_variant(guard=True, sign=-1, log=np.log, axis=-1, mean=False, keepdims=False):
+    def candidate(weights):
+        terms = weights * log(np.where(weights > 0, weights, 1.0)) if guard else (
+            weights * log(weights))
+        total = terms.mean(axis=axis, keepdims=keepdims) if mean else terms.sum(
+            axis=axis, keepdims=keepdims)
+        return sign * total
+
+    return candidate
+
+
+# --------------------------------------------------------------------------- chapter 7
+
+
+def loss_torch(logits, tgt_out, pad_id, label_smoothing=0.0):
+    return torch_sequence_loss(torch.from_numpy(logits), torch.from_numpy(tgt_out), pad_id,
+                               label_smoothing)
+
+
+def loss_loops(logits, tgt_out, pad_id, label_smoothing=0.0):
+    total, count = 0.0, 0
+    for b in range(tgt_out.shape[0]):
+        for t in range(tgt_out.shape[1]):
+            if tgt_out[b, t] == pad_id:
+                continue
+            z = logits[b, t]
+            top = max(z)
+            log_sum = top + math.log(sum(math.exp(v - top) for v in z))
+            logp = [v - log_sum for v in z]
+            smooth = -sum(logp) / len(logp)
+            total += (1 - label_smoothing) * -logp[tgt_out[b, t]] + label_smoothing * smooth
+            count += 1
+    return total / count
+
+
+def loss_variant(all_positions=False, divide_all=False, others=False, no_smoothing=False,
+                 naive=False, raw=False):
+    def candidate(logits, tgt_out, pad_id, label_smoothing=0.0):
+        eps = 0.0 if no_smoothing else label_smoothing
+        if raw:
+            logp = logits
+        elif naive:
+            logp = np.log(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+        else:
+            logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+        nll = -np.take_along_axis(logp, tgt_out[..., None], -1)[..., 0]
+        vocab = logp.shape[-1]
+        spread = (-logp.sum(-1) - nll) / (vocab - 1) if others else -logp.mean(-1)
+        per = (1 - eps) * nll + eps * spread
+        keep = np.ones(tgt_out.shape, bool) if all_positions else tgt_out != pad_id
+        denominator = tgt_out.size if divide_all else keep.sum()
+        return (per * keep).sum() / denominator
+
+    return candidate
+
+
+def target_loops(tokens, pad_id):
+    batch, size = tokens.shape
+    return np.array([[[[s <= t and tokens[b, s] != pad_id for s in range(size)]
+                       for t in range(size)]] for b in range(batch)])
+
+
+def target_variant(causal=True, padding="keys", k=0, invert=False, squeeze=False, pad=None):
+    def candidate(tokens, pad_id):
+        real = tokens != (pad_id if pad is None else pad)
+        size = tokens.shape[1]
+        mask = np.ones((len(tokens), 1, size, size), dtype=bool)
+        if causal:
+            mask = mask & np.tril(np.ones((size, size), dtype=bool), k=k)
+        if padding == "keys":
+            mask = mask & real[:, None, None, :]
+        elif padding == "queries":
+            mask = mask & real[:, None, :, None]
+        mask = ~mask if invert else mask
+        return mask[:, 0] if squeeze else mask
+
+    return candidate
+
+
+# --------------------------------------------------------------------------- chapter 8
+
+
+def repeat_torch(x, num_heads):
+    t = torch.from_numpy(x)
+    return t.repeat_interleave(num_heads // t.shape[1], dim=1)
+
+
+def repeat_loops(x, num_heads):
+    group = num_heads // x.shape[1]
+    return np.stack([x[:, h // group] for h in range(num_heads)], axis=1)
+
+
+def repeat_einsum(x, num_heads):
+    """A one-hot (H, Hkv) matrix picks each query head's key/value head."""
+    kv_heads = x.shape[1]
+    pick = np.eye(kv_heads)[np.arange(num_heads) // (num_heads // kv_heads)]  # (H, Hkv)
+    return np.einsum("hg,bgsd->bhsd", pick, x)
+
+
+def decode_torch(q, k_cache, v_cache, k_new, v_new):
+    q, k_cache, v_cache, k_new, v_new = map(torch.from_numpy, (q, k_cache, v_cache, k_new, v_new))
+    keys, values = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    return F.scaled_dot_product_attention(q, keys, values), keys, values
+
+
+def decode_loops(q, k_cache, v_cache, k_new, v_new):
+    """One batch and head at a time, the new position attended to as a separate term."""
+    batch, heads, _, head_dim = q.shape
+    keys = np.concatenate([k_cache, k_new], axis=2)
+    values = np.concatenate([v_cache, v_new], axis=2)
+    context = np.zeros_like(q)
+    for b in range(batch):
+        for h in range(heads):
+            scores = [float(q[b, h, 0] @ key) / math.sqrt(head_dim) for key in keys[b, h]]
+            top = max(scores)
+            exps = [math.exp(s - top) for s in scores]
+            context[b, h, 0] = sum(e * v for e, v in zip(exps, values[b, h], strict=True))
+            context[b, h, 0] /= sum(exps)
+    return context, keys, values
+
+
+def decode_variant(axis=2, prepend=False, forget_new=False, cache_unused=False, keep_old=False,
+                   swap=False, unscaled=False, wrong_axis=False, context_only=False,
+                   naive=False):
+    def candidate(q, k_cache, v_cache, k_new, v_new):
+        if swap:
+            k_new, v_new = v_new, k_new
+        parts_k, parts_v = [k_cache, k_new], [v_cache, v_new]
+        if prepend:
+            parts_k, parts_v = parts_k[::-1], parts_v[::-1]
+        keys, values = np.concatenate(parts_k, axis=axis), np.concatenate(parts_v, axis=axis)
+        read_k, read_v = keys, values
+        if forget_new:
+            read_k, read_v = k_cache, v_cache
+        if cache_unused:
+            read_k, read_v = k_new, v_new
+        scores = np.einsum("bhtd,bhsd->bhts", q, read_k) if axis == 2 else q @ np.swapaxes(
+            read_k, -1, -2)
+        scores = scores if unscaled else scores / np.sqrt(q.shape[-1])
+        if naive:
+            weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+        else:
+            weights = mha.softmax(scores, axis=-2 if wrong_axis else -1)
+        context = weights @ read_v
+        if context_only:
+            return context
+        return (context, k_cache, v_cache) if keep_old else (context, keys, values)
+
+    return candidate
+
+
+# --------------------------------------------------------------------------- chapter 9
+
+
+def merge_loops(m_a, l_a, a_a, m_b, l_b, a_b):
+    """Row by row, with Python floats; a tile with nothing allowed is skipped."""
+    m, l, a = np.empty_like(m_a), np.empty_like(l_a), np.empty_like(a_a)  # noqa: E741
+    for index in np.ndindex(*m_a.shape):
+        parts = [(mx, lx, ax[index]) for mx, lx, ax in
+                 ((m_a[index], l_a[index], a_a), (m_b[index], l_b[index], a_b))
+                 if mx != -math.inf]
+        top = max((p[0] for p in parts), default=-math.inf)
+        m[index] = top
+        l[index] = sum(math.exp(mx - top) * lx for mx, lx, _ in parts)
+        a[index] = sum((math.exp(mx - top) * ax for mx, _, ax in parts),
+                       np.zeros(a_a.shape[-1]))
+    return m, l, a
+
+
+def merge_torch(m_a, l_a, a_a, m_b, l_b, a_b):
+    """Through the log-sum-exp of each tile, in torch: log l + m, then logaddexp."""
+    m_a, l_a, a_a, m_b, l_b, a_b = map(torch.from_numpy, (m_a, l_a, a_a, m_b, l_b, a_b))
+    m = torch.maximum(m_a, m_b)
+    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    w_a, w_b = torch.exp(m_a - safe), torch.exp(m_b - safe)  # exp(-inf) = 0
+    return m, w_a * l_a + w_b * l_b, w_a[..., None] * a_a + w_b[..., None] * a_b
+
+
+def merge_variant(rescale="right", a_scaled=True, guard=True, keep="both", expand=True):
+    def candidate(m_a, l_a, a_a, m_b, l_b, a_b):
+        if keep == "larger":
+            pick = m_a >= m_b
+            return (np.where(pick, m_a, m_b), np.where(pick, l_a, l_b),
+                    np.where(pick[..., None], a_a, a_b))
+        m = np.maximum(m_a, m_b)
+        if rescale == "none":
+            f_a = f_b = 1.0
+        elif rescale == "inverted":
+            f_a, f_b = np.exp(m - m_a), np.exp(m - m_b)
+        elif guard:
+            f_a = np.exp(m_a - np.where(np.isneginf(m), 0, m))
+            f_b = np.exp(m_b - np.where(np.isneginf(m), 0, m))
+        else:
+            f_a, f_b = np.exp(m_a - m), np.exp(m_b - m)
+        l = f_a * l_a + f_b * l_b  # noqa: E741
+        if not a_scaled:
+            return m, l, a_a + a_b
+        if not expand:
+            return m, l, f_a * a_a + f_b * a_b
+        return m, l, np.expand_dims(f_a, -1) * a_a + np.expand_dims(f_b, -1) * a_b
+
+    return candidate
+
+
+CORRECT = [
+    ("sinusoidal_positional_encoding", mha.sinusoidal_positional_encoding),
+    ("sinusoidal_positional_encoding", pe_loops),
+    ("sinusoidal_positional_encoding", pe_complex),
+    ("add_and_norm", norm_loops),
+    ("add_and_norm", norm_torch),
+    ("cross_attention", cross_loops),
+    ("cross_attention", lambda x, memory, params, num_heads, mask=None:
+        mha.multi_head_attention(x, memory, memory, params, num_heads, mask)),
+    ("to_torch_attn_mask", mha.to_torch_attn_mask),
+    ("to_torch_attn_mask", torch_mask_loops),
+    ("score_std", lambda head_dim, q_std=1.0, k_std=1.0: (head_dim * q_std**2 * k_std**2) ** 0.5),
+    ("score_std", lambda head_dim, q_std=1.0, k_std=1.0: np.float32(
+        math.sqrt(head_dim) * q_std * k_std)),
+    ("attention_entropy", entropy_torch),
+    ("attention_entropy", entropy_loops),
+    ("sequence_loss", loss_torch),
+    ("sequence_loss", loss_loops),
+    ("target_mask", target_loops),
+    ("target_mask", lambda tokens, pad_id: mha.token_masks.target_mask(
+        torch.from_numpy(tokens), pad_id)),
+    ("repeat_kv_heads", repeat_torch),
+    ("repeat_kv_heads", repeat_loops),
+    ("repeat_kv_heads", repeat_einsum),
+    ("decode_step", decode_torch),
+    ("decode_step", decode_loops),
+    ("decode_step", decode_variant(axis=-2)),
+    ("merge_tiles", merge_loops),
+    ("merge_tiles", merge_torch),
+    ("merge_tiles", merge_variant()),
+]
+
+
+@pytest.mark.parametrize(("name", "candidate"), CORRECT,
+                         ids=lambda c: getattr(c, "__name__", c))
+def test_correct_unusual_answers_pass(capsys, name: str, candidate: Callable) -> None:
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is True, out
+    assert out.startswith(f"{name}: correct on ")
+
+
+MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
+    "sinusoidal_positional_encoding": {
+        "swapped": (pe_variant(swap=True), "sin and cos are swapped"),
+        "per column": (pe_variant(per_column=True), "Each column gets its own frequency"),
+        "halves": (pe_variant(halves=True), "All sines first"),
+        "from 1": (pe_variant(start=1), "The positions start at 1"),
+        "multiplied": (pe_variant(multiply=True), "multiplied by 10000^(2i/D)"),
+    },
+    "add_and_norm": {
+        "pre-norm": (norm_variant(order="pre"), "x + LayerNorm(sublayer_out)"),
+        "no residual": (norm_variant(order="none"), "No residual"),
+        "positions": (norm_variant(axis=-2), "Normalised over the positions"),
+        "ddof": (norm_variant(ddof=1), "divided by D - 1"),
+        "eps outside": (norm_variant(eps_outside=True), "eps is added to the standard"),
+        "swapped": (norm_variant(order="swapped"), "gamma and beta are swapped"),
+        "plain": (norm_variant(order="plain"), "gamma and beta are not used"),
+    },
+    "cross_attention": {
+        "self": (cross_variant(roles="self"), "Self-attention: the keys and values come"),
+        "swapped": (cross_variant(roles="swapped"), "The roles are swapped"),
+        "causal": (cross_variant(causal=True), "A causal mask is added"),
+        "no W_o": (cross_variant(no_w_o=True), "W_o forgotten"),
+        "W_k for values": (cross_variant(v_with_w_k=True), "projected with W_k"),
+        "output only": (lambda *a, **k: cross_loops(*a, **k)[0], "Only the output"),
+    },
+    "to_torch_attn_mask": {
+        "not inverted": (torch_mask_variant(invert=False), "Not inverted"),
+        "head-major": (torch_mask_variant(head_major=True), "head-major"),
+        "not broadcast": (torch_mask_variant(broadcast=False), "is not copied to every head"),
+        "additive": (torch_mask_variant(additive=True), "A float additive mask"),
+    },
+    "score_std": {
+        "variance": (lambda d, q_std=1.0, k_std=1.0: d * (q_std * k_std) ** 2,
+                     "This is the variance"),
+        "stds ignored": (lambda d, q_std=1.0, k_std=1.0: d**0.5, "are ignored"),
+        "sqrt of all": (lambda d, q_std=1.0, k_std=1.0: (d * q_std * k_std) ** 0.5,
+                        "sqrt(Dh q_std k_std)"),
+        "linear": (lambda d, q_std=1.0, k_std=1.0: d * q_std * k_std, "not like Dh"),
+        "sum": (lambda d, q_std=1.0, k_std=1.0: d**0.5 * (q_std + k_std), "(q_std + k_std)"),
+    },
+    "attention_entropy": {
+        "0 log 0": (entropy_variant(guard=False), "0 * -inf = NaN"),
+        "sign": (entropy_variant(sign=1), "The sign is wrong"),
+        "bits": (entropy_variant(log=np.log2), "Bits instead of nats"),
+        "queries": (entropy_variant(axis=-2), "over the queries"),
+        "mean": (entropy_variant(mean=True), "averaged over the keys"),
+        "keepdims": (entropy_variant(keepdims=True), "the key axis was kept"),
+    },
+    "sequence_loss": {
+        "pads counted": (loss_variant(all_positions=True), "The padded positions are counted"),
+        "mean over all": (loss_variant(divide_all=True), "divides by every position"),
+        "V - 1": (loss_variant(others=True), "V - 1 wrong words only"),
+        "no smoothing": (loss_variant(no_smoothing=True), "label_smoothing is ignored"),
+        "overflow": (loss_variant(naive=True), "exp overflows before the log"),
+        "raw logits": (loss_variant(raw=True), "used as log-probabilities"),
+    },
+    "target_mask": {
+        "padding on queries": (target_variant(padding="queries"), "along the queries"),
+        "causal only": (target_variant(padding="none"), "Only the causal mask"),
+        "padding only": (target_variant(causal=False), "Only the padding mask"),
+        "diagonal": (target_variant(k=-1), "the diagonal is blocked"),
+        "inverted": (target_variant(invert=True), "An inverted mask"),
+        "no head axis": (target_variant(squeeze=True), "Shape (B, T, T)"),
+        "pad 0": (target_variant(pad=0), "recognised by the id 0"),
+    },
+    "repeat_kv_heads": {
+        "tiled": (lambda x, num_heads: np.tile(x, (1, num_heads // x.shape[1], 1, 1)),
+                  "Tiled instead of repeated"),
+        "tiled torch": (lambda x, num_heads: torch.from_numpy(x).repeat(
+            1, num_heads // x.shape[1], 1, 1), "Tiled instead of repeated"),
+        "positions": (lambda x, num_heads: np.repeat(x, num_heads // x.shape[1], axis=2),
+                      "Repeated along the positions"),
+        "features": (lambda x, num_heads: np.repeat(x, num_heads // x.shape[1], axis=-1),
+                     "Repeated along the features"),
+        "H times": (lambda x, num_heads: np.repeat(x, num_heads, axis=1),
+                    "copied num_heads times"),
+        "flattened": (lambda x, num_heads: np.repeat(x, num_heads // x.shape[1]),
+                      "np.repeat without an axis"),
+        "reversed": (lambda x, num_heads: repeat_loops(x, num_heads)[:, ::-1],
+                     "reverse order"),
+    },
+    "decode_step": {
+        "forgets the new position": (decode_variant(forget_new=True),
+                                     "The new position is forgotten"),
+        "cache unused": (decode_variant(cache_unused=True), "The cache is not read"),
+        "wrong axis": (decode_variant(axis=1), "Appended along the heads"),
+        "prepended": (decode_variant(prepend=True), "The new position is put first"),
+        "old caches": (decode_variant(keep_old=True), "returned as they came in"),
+        "k and v swapped": (decode_variant(swap=True), "k_new and v_new are swapped"),
+        "unscaled": (decode_variant(unscaled=True), "No 1/sqrt(head_dim) scaling"),
+        "overflow": (decode_variant(naive=True), "exp overflows"),
+        "softmax axis": (decode_variant(wrong_axis=True), "over the single query"),
+        "context only": (decode_variant(context_only=True), "Only the context is returned"),
+    },
+    "merge_tiles": {
+        "no rescaling": (merge_variant(rescale="none"), "No rescaling"),
+        "inverted": (merge_variant(rescale="inverted"), "The rescaling is inverted"),
+        "a not rescaled": (merge_variant(a_scaled=False), "Only l is rescaled"),
+        "nan": (merge_variant(guard=False), "exp(-inf - (-inf)) is NaN"),
+        "larger only": (merge_variant(keep="larger"), "Only the tile with the larger"),
+        "no new axis": (merge_variant(expand=False), "without a new last axis"),
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "mistake"), [(name, m) for name, table in MISTAKES.items() for m in table]
+)
+def test_each_mistake_gets_its_own_message(capsys, name: str, mistake: str) -> None:
+    table = MISTAKES[name]
+    candidate, phrase = table[mistake]
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is False
+    assert "Likely mistake: " in out and phrase in out, out
+    others = [other for other, (_, p) in table.items() if p != phrase and p in out]
+    assert not others, f"{mistake} also printed the diagnosis of {others}: {out}"
+    assert "[" not in out.split("Likely mistake")[1]  # no array is ever printed
+
+
+def test_every_chapter_checker_is_tested_here() -> None:
+    assert set(MISTAKES) == {name for name, _ in CORRECT}
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_appending_along_the_wrong_axis_is_named_by_its_error(capsys, axis, framework):
+    """It raises on every case, so no output tells it apart: the error it raises does."""
+    def appends(q, k_cache, v_cache, k_new, v_new):
+        if framework == "torch":
+            k_cache, k_new = torch.from_numpy(k_cache), torch.from_numpy(k_new)
+            keys = torch.cat([k_cache, k_new], dim=axis)
+        else:
+            keys = np.concatenate([k_cache, k_new], axis=axis)
+        return decode_torch(q, k_cache, v_cache, k_new, v_new)[0], keys, keys
+
+    verdict, out = run(capsys, "decode_step", appends)
+    assert verdict is False
+    assert "Likely mistake: Appended along the wrong axis" in out, out
+
+
+# --------------------------------------------------------------------------- the references
+
+
+def test_add_and_norm_is_layer_norm_of_the_sum() -> None:
+    rng = np.random.default_rng(0)
+    x, sub = rng.normal(size=(2, 3, 8)), rng.normal(size=(2, 3, 8))
+    norm = torch.nn.LayerNorm(8).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+        norm.bias.normal_()
+        want = norm(torch.from_numpy(x + sub)).numpy()
+    got = exercises._EXERCISES["add_and_norm"].reference(
+        x, sub, norm.weight.detach().numpy(), norm.bias.detach().numpy())
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_sequence_loss_is_the_translators() -> None:
+    reference = exercises._EXERCISES["sequence_loss"].reference
+    for case in exercises._EXERCISES["sequence_loss"].cases(np.random.default_rng(1)):
+        logits, tgt_out, pad_id = case.args
+        smoothing = case.kwargs.get("label_smoothing", 0.0)
+        want = float(loss_torch(logits, tgt_out, pad_id, smoothing))
+        assert math.isclose(reference(logits, tgt_out, pad_id, smoothing), want,
+                            rel_tol=1e-9), case.label
+
+
+def test_target_mask_is_the_translators() -> None:
+    reference = exercises._EXERCISES["target_mask"].reference
+    for case in exercises._EXERCISES["target_mask"].cases(np.random.default_rng(2)):
+        tokens, pad_id = case.args
+        want = mha.token_masks.target_mask(torch.from_numpy(tokens), pad_id).numpy()
+        assert np.array_equal(reference(tokens, pad_id), want)  # masks: exact
+
+
+def test_repeat_kv_heads_is_what_sdpa_enable_gqa_reads() -> None:
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.normal(size=(2, h, 5, 4)) for h in (6, 2, 2))
+    repeat = exercises._EXERCISES["repeat_kv_heads"].reference
+    ours, _ = mha.scaled_dot_product_attention(q, repeat(k, 6), repeat(v, 6))
+    theirs = F.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)),
+                                            enable_gqa=True)
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_decode_steps_rebuild_the_cache_of_multi_head_attention() -> None:
+    """Five steps from an empty cache give mha.KVCache's heads and the causal pass."""
+    rng = np.random.default_rng(4)
+    params, num_heads = mha.AttentionParams.init(8, seed=5), 2
+    x = rng.normal(size=(1, 5, 8))
+    steps = mha.multi_head_attention_steps(x, x, x, params, num_heads,
+                                           mask=mha.causal_mask(5))
+    decode = exercises._EXERCISES["decode_step"].reference
+    k_cache = v_cache = np.zeros((1, num_heads, 0, 4))
+    contexts = []
+    for t in range(5):
+        context, k_cache, v_cache = decode(
+            steps.q_heads[:, :, t:t + 1], k_cache, v_cache,
+            steps.k_heads[:, :, t:t + 1], steps.v_heads[:, :, t:t + 1])
+        contexts.append(context)
+    np.testing.assert_allclose(np.concatenate(contexts, axis=2), steps.context,
+                               rtol=1e-12, atol=1e-12)
+    cache = mha.KVCache()
+    for t in range(5):
+        xt = x[:, t:t + 1]
+        mha.multi_head_attention(xt, xt, xt, params, num_heads, cache=cache)
+    # one projection of all 5 positions vs 5 of one: equal up to the last bit
+    np.testing.assert_allclose(k_cache, cache.k_heads, rtol=1e-12, atol=1e-12)
+
+
+def test_score_std_is_the_spread_of_random_dot_products() -> None:
+    rng = np.random.default_rng(6)
+    q = rng.normal(scale=2.0, size=(40000, 16))
+    k = rng.normal(scale=0.25, size=(40000, 16))
+    spread = (q * k).sum(-1).std()
+    want = exercises._EXERCISES["score_std"].reference(16, q_std=2.0, k_std=0.25)
+    assert abs(spread / want - 1) < 0.03  # 40000 samples: about 0.4% standard error
+
+
+def test_entropy_reference_is_torchs_xlogy() -> None:
+    w = mha.softmax(np.where(mha.causal_mask(4), np.arange(16.0).reshape(4, 4), -np.inf))
+    got = exercises._EXERCISES["attention_entropy"].reference(w)
+    np.testing.assert_allclose(got, entropy_torch(w).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_merging_two_key_tiles_gives_flash_attention() -> None:
+    """Tiles of keys 0-4 and 5-10, merged, give mha.flash_attention's context and
+    log-sum-exp over all 11 keys."""
+    rng = np.random.default_rng(7)
+    q, k, v = rng.normal(size=(3, 2, 4, 11, 3))  # (B, T or S, Dh)
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(3)  # (B, T, S)
+    split = [np.s_[..., :5], np.s_[..., 5:]]
+    stats = []
+    for cols in split:
+        z = scores[cols]
+        m = z.max(axis=-1)
+        e = np.exp(z - m[..., None])
+        stats += [m, e.sum(-1), e @ v[..., cols[-1], :]]
+    m, l, a = exercises._EXERCISES["merge_tiles"].reference(*stats)  # noqa: E741
+    context, logsumexp = mha.flash_attention(q, k, v, block_size=4)
+    np.testing.assert_allclose(a / l[..., None], context, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(m + np.log(l), logsumexp, rtol=1e-12, atol=1e-12)
+
+
+def test_an_empty_cache_is_a_case(capsys) -> None:
+    def needs_a_cache(q, k_cache, v_cache, k_new, v_new):
+        if k_cache.shape[2] == 0:
+            raise IndexError("index 0 is out of bounds for axis 2 with size 0")
+        return decode_torch(q, k_cache, v_cache, k_new, v_new)
+
+    verdict, out = run(capsys, "decode_step", needs_a_cache)
+    assert verdict is False and "an empty cache" in out
+
+
