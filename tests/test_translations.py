@@ -141,6 +141,16 @@ def test_declared_page_uses_the_glossary(doc):
     assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.parametrize("doc", DECLARED)
+def test_declared_page_keeps_every_message_markup(doc):
+    """Code, math, roles (a glued number, a reference's target), links and emphasis
+    come out of MyST the same in the translation as in the English message."""
+    catalog = read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po")
+    problems = [p for m in catalog if m.id
+                if (p := editions.markup_problem(m.id, m.string))]
+    assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
+
+
 def test_glossary_terms_are_unique_and_each_has_a_chinese_term():
     terms = glossary()
     assert len({e.lower() for e, _ in terms}) == len(terms)
@@ -166,3 +176,14 @@ def test_the_checks_catch_what_they_are_for():
     assert not glossary_problems("`padding_mask` and $QK^T$", "`padding_mask` 和 $QK^T$", terms)
     assert not glossary_problems("*Attention Is All You Need*",
                                  "*Attention Is All You Need*", terms)
+    # Markup: a glued number or a code span dropped, a reference's target changed, and
+    # bold that MyST does not open beside a Chinese quotation mark.
+    glued = "Its weight is {glue:text}`02_overview.ipynb::ch2_w:s` for `dog`."
+    assert editions.markup_problem(glued, "它的权重是 0.82，对应 `dog`。")
+    assert editions.markup_problem(glued, "它的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
+    assert not editions.markup_problem(glued, "`dog` 的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
+    ref = "See {ref}`the masks <masks>`."
+    assert not editions.markup_problem(ref, "见 {ref}`掩码一节 <masks>`。")
+    assert editions.markup_problem(ref, "见 {ref}`掩码一节 <mask>`。")
+    assert editions.markup_problem("A **\"word\"** here", "这里的**“词”**")
+    assert not editions.markup_problem("A **word** here", "这里的**词**")

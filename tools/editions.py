@@ -12,11 +12,13 @@ English one is removed from the edition and its pages point at the English file.
     python -m tools.editions update zh_CN    # merge them into the catalogs, list the work
     python -m tools.editions build zh_CN     # build the edition (after the English one)
     python -m tools.editions status zh_CN    # what is left to translate, per catalog
+    python -m tools.editions check zh_CN [page ...]   # translations that lost markup
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import re
 import shutil
 import subprocess
@@ -228,11 +230,96 @@ def build(language: str) -> None:
           f"({saved / 1e6:.1f} MB) shared with the English edition instead of copied")
 
 
+# --- a translation keeps its message's markup ------------------------------------
+
+# Roles whose text may be translated: only their target (``text <target>``) must stay.
+TEXT_ROLES = {"ref", "doc", "numref", "term", "download"}
+# Token kinds a translation adds or drops freely.
+FREE_TOKENS = {"text", "softbreak", "hardbreak", "paragraph_open", "paragraph_close",
+               "inline"}
+
+
+def markup(text: str) -> collections.Counter:
+    """What a message's markup is, as MyST parses it: every kind of token but plain text,
+    and the content of every code span, math span, role target and link. Emphasis that
+    MyST does not open (``**`` beside CJK punctuation) is missing here, as on the page."""
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    global _PARSER
+    if _PARSER is None:
+        import yaml
+
+        config = yaml.safe_load((ROOT / "_config.yml").read_text())
+        extensions = set(config["parse"]["myst_enable_extensions"])
+        _PARSER = create_md_parser(MdParserConfig(enable_extensions=extensions), RendererHTML)
+    found: collections.Counter = collections.Counter()
+
+    def walk(tokens) -> None:
+        for token in tokens:
+            if token.type not in FREE_TOKENS:
+                found[token.type] += 1
+            if token.type in ("code_inline", "math_inline", "math_block", "math_inline_double",
+                              "code_block", "fence"):
+                found[f"{token.type}: {token.content.strip()}"] += 1
+            elif token.type == "myst_role":
+                name, content = token.meta.get("name", ""), token.content
+                target = re.search(r"<([^<>]+)>\s*$", content)
+                if name in TEXT_ROLES and target:
+                    content = target.group(1)
+                found[f"{{{name}}}{content}"] += 1
+            elif token.type == "link_open":
+                found[f"link: {token.attrGet('href')}"] += 1
+            walk(token.children or [])
+
+    walk(_PARSER.parse(text))
+    return found
+
+
+_PARSER = None
+
+
+def markup_problem(msgid: str, msgstr: str) -> str | None:
+    """How a translation's markup differs from its message's, or None."""
+    if not msgstr:
+        return None
+    want, got = markup(msgid), markup(msgstr)
+    if want == got:
+        return None
+    lost = ", ".join(sorted((want - got).elements()))
+    added = ", ".join(sorted((got - want).elements()))
+    return (f"{msgid[:60]!r}: " + (f"lost {lost}" if lost else "")
+            + ("; " if lost and added else "") + (f"added {added}" if added else ""))
+
+
+def check(language: str, pages: list[str] | None = None) -> int:
+    """Print every translated message whose markup is not its English message's."""
+    from babel.messages.pofile import read_po
+
+    problems = 0
+    for po in sorted(catalogs(language).rglob("*.po")):
+        doc = po.relative_to(catalogs(language)).with_suffix("").as_posix()
+        if pages and doc not in pages:
+            continue
+        with po.open("rb") as f:
+            catalog = read_po(f)
+        for message in catalog:
+            if message.id and (problem := markup_problem(message.id, message.string)):
+                print(f"{doc}: {problem}")
+                problems += 1
+    print(f"{problems} message(s) with markup other than the English")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("gettext", "update", "build", "status"))
+    parser.add_argument("command", choices=("gettext", "update", "build", "status", "check"))
     parser.add_argument("language", nargs="?", default=LANGUAGES[0])
+    parser.add_argument("pages", nargs="*", help="check: only these pages (docnames)")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        sys.exit(1 if check(args.language, args.pages) else 0)
     {"gettext": lambda _: gettext(), "update": update, "build": build,
      "status": status}[args.command](args.language)
 
