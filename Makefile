@@ -68,7 +68,9 @@ $(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
 # both editions: the regular and bold weights, each cut by Fontsource into about a
 # hundred slices by Unicode range, so that a page downloads only the slices holding the
 # glyphs it shows. Only the WOFF2 files are published (every browser the book supports
-# reads them), and the stylesheets no longer name the WOFF fallbacks.
+# reads them), and the stylesheets no longer name the WOFF fallbacks. After the build,
+# `tools.editions fonts` cuts every slice to the characters the site shows (7.5 MB of
+# slices become about 1.5 MB).
 FONT_DIR := book/_vendor/site/_vendor/fonts/noto-sans-sc
 FONT_WEIGHTS := 400 700
 .PHONY: fonts
@@ -96,6 +98,7 @@ site-build: setup
 	rm -rf _build/html _build/.doctrees
 	$(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
 	for lang in $(EDITIONS); do $(PY) -m tools.editions build $$lang; done
+	$(PY) -m tools.editions fonts
 
 # After an English change: extract the messages again, merge them into every
 # edition's catalogs (new messages empty, changed ones fuzzy, removed ones obsolete),

@@ -13,6 +13,7 @@ English one is removed from the edition and its pages point at the English file.
     python -m tools.editions build zh_CN     # build the edition (after the English one)
     python -m tools.editions status zh_CN    # what is left to translate, per catalog
     python -m tools.editions check zh_CN [page ...]   # translations that lost markup
+    python -m tools.editions fonts           # cut the CJK font to the site's characters
 """
 
 from __future__ import annotations
@@ -230,6 +231,81 @@ def build(language: str) -> None:
           f"({saved / 1e6:.1f} MB) shared with the English edition instead of copied")
 
 
+# --- the CJK web font, cut to the characters the site shows ------------------------
+
+# The font as Fontsource slices it (book/_vendor, from `make setup`), and its copy in
+# the built site (html_extra_path), which is cut.
+FONT_SOURCE = ROOT / "book" / "_vendor" / "site" / "_vendor" / "fonts" / "noto-sans-sc"
+FONTS = HTML / "_vendor" / "fonts" / "noto-sans-sc"
+# Files whose text a reader can see drawn in the site's font: the pages, and the
+# scripts that write labels into them (the search page's messages, in each language).
+TEXT_SUFFIXES = (".html", ".js")
+
+
+def site_characters(root: Path = HTML) -> set[int]:
+    """Every character of every page and script of both editions (MathJax and the
+    font stylesheets aside): a superset of what the site draws in the CJK font."""
+    found: set[int] = set()
+    for path in root.rglob("*"):
+        rel = path.relative_to(root).parts
+        if path.suffix not in TEXT_SUFFIXES or rel[:2] == ("_vendor", "mathjax"):
+            continue
+        found |= {ord(c) for c in path.read_text(encoding="utf-8", errors="ignore")}
+    return found
+
+
+FACE = re.compile(r"/\* [^*]* \*/\s*@font-face \{[^}]*?url\(\./files/([^)]+)\)[^}]*\}\s*", re.S)
+
+
+def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
+              characters: set[int] | None = None) -> tuple[int, int, int]:
+    """Cut every slice of the font (``source``) to the characters the site shows, into
+    ``folder``: a slice holding none of them is left out, and its ``@font-face`` rule
+    with it. The slices' Unicode ranges stay as Fontsource drew them, so a page still
+    downloads only the slices its own characters fall in. Running it again after the
+    text changed starts from the whole font again. Returns (slices kept, slices left
+    out, bytes saved)."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    characters = site_characters() if characters is None else characters
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(source, folder)
+    before = sum(f.stat().st_size for f in folder.glob("files/*.woff2"))
+    kept, deleted = set(), set()
+    options = subset.Options()
+    options.flavor = "woff2"
+    options.layout_features = ["*"]
+    options.name_IDs = ["*"]
+    options.notdef_outline = True
+    for path in sorted(folder.glob("files/*.woff2")):
+        font = TTFont(path)
+        wanted = characters & set(font.getBestCmap())
+        if not wanted:
+            deleted.add(path.name)
+            path.unlink()
+            continue
+        subsetter = subset.Subsetter(options)
+        subsetter.populate(unicodes=wanted)
+        subsetter.subset(font)
+        font.flavor = "woff2"
+        font.save(path)
+        kept.add(path.name)
+    for sheet in folder.glob("*.css"):
+        text = sheet.read_text(encoding="utf-8")
+        sheet.write_text(FACE.sub(lambda m: "" if m.group(1) in deleted else m.group(0), text),
+                         encoding="utf-8")
+    after = sum(f.stat().st_size for f in folder.glob("files/*.woff2"))
+    return len(kept), len(deleted), before - after
+
+
+def fonts() -> None:
+    start = time.perf_counter()
+    kept, deleted, saved = cut_fonts()
+    print(f"fonts: {kept} slices cut to the site's characters, {deleted} unused deleted, "
+          f"{saved / 1e6:.1f} MB saved in {time.perf_counter() - start:.0f} s")
+
+
 # --- a translation keeps its message's markup ------------------------------------
 
 # Roles whose text may be translated: only their target (``text <target>``) must stay.
@@ -314,13 +390,14 @@ def check(language: str, pages: list[str] | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("gettext", "update", "build", "status", "check"))
+    parser.add_argument("command",
+                        choices=("gettext", "update", "build", "status", "check", "fonts"))
     parser.add_argument("language", nargs="?", default=LANGUAGES[0])
     parser.add_argument("pages", nargs="*", help="check: only these pages (docnames)")
     args = parser.parse_args(argv)
     if args.command == "check":
         sys.exit(1 if check(args.language, args.pages) else 0)
-    {"gettext": lambda _: gettext(), "update": update, "build": build,
+    {"gettext": lambda _: gettext(), "fonts": lambda _: fonts(), "update": update, "build": build,
      "status": status}[args.command](args.language)
 
 
