@@ -14,6 +14,7 @@ import http.server
 import io
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,15 +84,24 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Type", self.guess_type(str(path)))
         self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Decoded-Length", str(path.stat().st_size))
         self.end_headers()
         return io.BytesIO(body)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # The browser closed the connection (the page moved on, or the test ended).
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 @contextmanager
 def serve(directory: Path) -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) for the duration of the block."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -125,7 +135,12 @@ async () => {
   const latexLinks = Array.from(clone.querySelectorAll('a'))
     .map(a => a.textContent.trim()).filter(t => /\\\\[a-zA-Z]+|\\$/.test(t));
   const doubled = (text.match(/\\(\\([^()]*\\)\\)|\\(\\s*\\(/g) || []);
-  return {images, mathCount: math.length, untypeset, raw, latexLinks, doubled,
+  // Font Awesome swaps each icon <i class="fa-..."> for an <svg>; for an icon its (cut)
+  // script does not hold, the <svg> is its "missing" placeholder, or the <i> stays.
+  const icons = Array.from(document.querySelectorAll(
+      'i[class*="fa-"], svg.svg-inline--fa:has(.missing)'))
+    .map(el => el.getAttribute('class'));
+  return {images, mathCount: math.length, untypeset, raw, latexLinks, doubled, icons,
           mathjax: !!(window.MathJax && MathJax.startup)};
 }
 """
@@ -223,6 +238,7 @@ def check_page(
         found.append(f"raw math delimiter {marker!r} left in the page text")
     found += [f"link text is raw LaTeX: {t!r}" for t in report["latexLinks"]]
     found += [f"doubled parentheses: {d!r}" for d in report["doubled"]]
+    found += [f"icon not drawn (not in the site's Font Awesome): {c!r}" for c in report["icons"]]
     return found
 
 
@@ -287,8 +303,12 @@ def first_load_bytes(browser, url: str) -> dict[str, tuple[int, int]]:
         page.on("response", lambda response: responses.append(response))
         page.goto(url, wait_until="load", timeout=60_000)
         page.wait_for_load_state("networkidle", timeout=60_000)
-        return {r.url: (r.request.sizes()["responseBodySize"], len(r.body()))
-                for r in responses if r.status == 200}
+        sizes = {}
+        for r in responses:
+            if r.status == 200:
+                sent = r.request.sizes()["responseBodySize"]
+                sizes[r.url] = (sent, int(r.headers.get("x-decoded-length", sent)))
+        return sizes
     finally:
         context.close()
 

@@ -278,10 +278,13 @@ def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
     options.layout_features = ["*"]
     options.name_IDs = ["*"]
     options.notdef_outline = True
+    named = {name for sheet in folder.glob("*.css")
+             for name in FACE.findall(sheet.read_text(encoding="utf-8"))}
     for path in sorted(folder.glob("files/*.woff2")):
         font = TTFont(path)
         wanted = characters & set(font.getBestCmap())
-        if not wanted:
+        # A file no stylesheet names (Fontsource's whole unsliced font) is never loaded.
+        if not wanted or path.name not in named:
             deleted.add(path.name)
             path.unlink()
             continue
