@@ -181,7 +181,8 @@ def test_the_checks_catch_what_they_are_for():
     glued = "Its weight is {glue:text}`02_overview.ipynb::ch2_w:s` for `dog`."
     assert editions.markup_problem(glued, "它的权重是 0.82，对应 `dog`。")
     assert editions.markup_problem(glued, "它的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
-    assert not editions.markup_problem(glued, "`dog` 的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
+    assert not editions.markup_problem(
+        glued, "`dog` 的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
     ref = "See {ref}`the masks <masks>`."
     assert not editions.markup_problem(ref, "见 {ref}`掩码一节 <masks>`。")
     assert editions.markup_problem(ref, "见 {ref}`掩码一节 <mask>`。")
