@@ -22,10 +22,11 @@ NB ?=
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help venv setup book test portability package workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
+.PHONY: help venv setup book translations test portability package workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
+	@echo "make translations update the catalogs of the other editions after an English change"
 	@echo "make test        run every test: lint, unit, notebooks, nbval, strict build, browser"
 	@echo "make portability unit tests and nbval again on simulated older CPUs (CI runs it too)"
 	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
@@ -60,18 +61,52 @@ $(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
 	cd book/_vendor && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	rm -rf book/_vendor/site && mkdir -p book/_vendor/site/_vendor/mathjax
 	cd book/_vendor/node_modules/mathjax/es5 && cp -r $(MATHJAX_PARTS) ../../../site/_vendor/mathjax/
+	$(MAKE) --no-print-directory fonts
 	touch $(MATHJAX)
+
+# The CJK web font (Noto Sans SC, from the same manifest), served by the site itself to
+# both editions: the regular and bold weights, each cut by Fontsource into about a
+# hundred slices by Unicode range, so that a page downloads only the slices holding the
+# glyphs it shows. Only the WOFF2 files are published (every browser the book supports
+# reads them), and the stylesheets no longer name the WOFF fallbacks. After the build,
+# `tools.editions fonts` cuts every slice to the characters the site shows (7.5 MB of
+# slices become about 1.5 MB).
+FONT_DIR := book/_vendor/site/_vendor/fonts/noto-sans-sc
+FONT_WEIGHTS := 400 700
+.PHONY: fonts
+fonts:
+	rm -rf $(FONT_DIR) && mkdir -p $(FONT_DIR)/files
+	for w in $(FONT_WEIGHTS); do \
+		sed -E "s/, url\([^)]*\.woff\) format\('woff'\)//" \
+			book/_vendor/node_modules/@fontsource/noto-sans-sc/$$w.css > $(FONT_DIR)/$$w.css; \
+		cp book/_vendor/node_modules/@fontsource/noto-sans-sc/files/noto-sans-sc-*-$$w-normal.woff2 \
+			$(FONT_DIR)/files/; \
+	done
 
 # What building the site needs besides: MathJax.
 setup: venv $(MATHJAX)
 
 book: setup site-build
-	@echo "site: _build/html/index.html"
+	@echo "site: _build/html/index.html (English), _build/html/zh_CN/index.html (中文)"
 
-# Strict build: any warning (broken reference, missing figure, ...) fails it.
+# Strict build: any warning (broken reference, missing figure, ...) fails it. The
+# English edition first, then every other edition from the same notebooks through its
+# gettext catalogs (locales/), into _build/html/<lang>/, sharing the English edition's
+# unchanged files (see tools/editions.py).
+EDITIONS := zh_CN
 site-build: setup
 	rm -rf _build/html _build/.doctrees
 	$(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
+	for lang in $(EDITIONS); do $(PY) -m tools.editions build $$lang; done
+	$(PY) -m tools.editions fonts
+
+# After an English change: extract the messages again, merge them into every
+# edition's catalogs (new messages empty, changed ones fuzzy, removed ones obsolete),
+# and list, per page, what needs translating. tests/test_translations.py fails until
+# the pages declared translated (locales/<lang>/TRANSLATED) are translated again.
+translations: venv
+	$(PY) -m tools.editions gettext
+	for lang in $(EDITIONS); do $(PY) -m tools.editions update $$lang; done
 
 lint: venv
 	$(BIN)/ruff check mha tests tools book/notebooks book/_ext

@@ -9,9 +9,12 @@ link's text is raw LaTeX and no parentheses are doubled.
 from __future__ import annotations
 
 import functools
+import gzip
 import http.server
+import io
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,10 +48,12 @@ AXE_KNOWN = {
         "template places it there, and moving it would mean forking the template "
         "(moderate: a screen reader still reaches it)",
 }
-# Every page's first load (empty cache, uncompressed as a plain static host serves it)
-# stays under this: the heaviest pages weighed 5.4 MB when it was set (their SVG
-# figures are 1.3-1.6 MB of it), so a regression shows when it happens.
-PAGE_BUDGET_BYTES = 6_000_000
+# Every page's first load (empty cache), fonts and MathJax included, stays under these:
+# at most 3 MB transferred from a host that compresses text as static hosts do, and at
+# most 6 MB once decompressed (what a host without compression would send; the
+# heaviest pages weighed 5.4 MB when it was set, their SVG figures 1.3-1.6 MB of it).
+PAGE_BUDGET_BYTES = 3_000_000
+PAGE_BUDGET_UNCOMPRESSED_BYTES = 6_000_000
 
 
 def chromium_path() -> str | None:
@@ -59,16 +64,44 @@ def chromium_path() -> str | None:
     return None
 
 
+# Text a static host compresses on the way (GitHub Pages, Netlify, nginx's defaults do):
+# sent gzip-compressed to a browser that asks for it. Fonts and images that are already
+# compressed (WOFF2, PNG) go as they are.
+COMPRESSED_TYPES = {".html", ".css", ".js", ".svg", ".json", ".txt", ".ipynb", ".map"}
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - signature fixed by the base class
         pass
+
+    def send_head(self):
+        path = Path(self.translate_path(self.path))
+        if (path.suffix not in COMPRESSED_TYPES or not path.is_file()
+                or "gzip" not in self.headers.get("Accept-Encoding", "")):
+            return super().send_head()
+        body = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Decoded-Length", str(path.stat().st_size))
+        self.end_headers()
+        return io.BytesIO(body)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        # The browser closed the connection (the page moved on, or the test ended).
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 @contextmanager
 def serve(directory: Path) -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) for the duration of the block."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -102,7 +135,12 @@ async () => {
   const latexLinks = Array.from(clone.querySelectorAll('a'))
     .map(a => a.textContent.trim()).filter(t => /\\\\[a-zA-Z]+|\\$/.test(t));
   const doubled = (text.match(/\\(\\([^()]*\\)\\)|\\(\\s*\\(/g) || []);
-  return {images, mathCount: math.length, untypeset, raw, latexLinks, doubled,
+  // Font Awesome swaps each icon <i class="fa-..."> for an <svg>; for an icon its (cut)
+  // script does not hold, the <svg> is its "missing" placeholder, or the <i> stays.
+  const icons = Array.from(document.querySelectorAll(
+      'i[class*="fa-"], svg.svg-inline--fa:has(.missing)'))
+    .map(el => el.getAttribute('class'));
+  return {images, mathCount: math.length, untypeset, raw, latexLinks, doubled, icons,
           mathjax: !!(window.MathJax && MathJax.startup)};
 }
 """
@@ -200,6 +238,7 @@ def check_page(
         found.append(f"raw math delimiter {marker!r} left in the page text")
     found += [f"link text is raw LaTeX: {t!r}" for t in report["latexLinks"]]
     found += [f"doubled parentheses: {d!r}" for d in report["doubled"]]
+    found += [f"icon not drawn (not in the site's Font Awesome): {c!r}" for c in report["icons"]]
     return found
 
 
@@ -253,9 +292,10 @@ def accessibility_problems(page, phone: bool = False) -> list[str]:
     return found
 
 
-def first_load_bytes(browser, url: str) -> dict[str, int]:
+def first_load_bytes(browser, url: str) -> dict[str, tuple[int, int]]:
     """Bytes of every response a page needs on its first visit (a new context: empty
-    cache), by URL, as a static host without compression serves them."""
+    cache), by URL: (transferred, decompressed). The local server compresses text as a
+    static host does (see ``COMPRESSED_TYPES``)."""
     context = browser.new_context()
     responses = []
     try:
@@ -263,7 +303,12 @@ def first_load_bytes(browser, url: str) -> dict[str, int]:
         page.on("response", lambda response: responses.append(response))
         page.goto(url, wait_until="load", timeout=60_000)
         page.wait_for_load_state("networkidle", timeout=60_000)
-        return {r.url: r.request.sizes()["responseBodySize"] for r in responses}
+        sizes = {}
+        for r in responses:
+            if r.status == 200:
+                sent = r.request.sizes()["responseBodySize"]
+                sizes[r.url] = (sent, int(r.headers.get("x-decoded-length", sent)))
+        return sizes
     finally:
         context.close()
 
@@ -357,3 +402,61 @@ LAYOUT_JS = """
   return {code, outputs, equations, figures, page, silent};
 }
 """
+
+
+# --- the Chinese edition: the site's own CJK font, glyph by glyph -------------------
+
+# Every distinct CJK character (and CJK punctuation) the page shows, and those that no
+# loaded face of the site's font covers at the weight they are drawn in. A character
+# outside every face's unicode-range, or in a slice that failed to load, is missing.
+MISSING_GLYPHS_JS = """
+async () => {
+  await document.fonts.ready;
+  const cjk = /[\\u3000-\\u303f\\u3400-\\u9fff\\uff00-\\uffef]/;
+  const faces = [...document.fonts].filter(f => f.family.replace(/["']/g, "") === "Noto Sans SC");
+  const covers = (face, cp) => face.unicodeRange.split(",").some(range => {
+    const [a, b] = range.trim().replace(/^U\\+/i, "").split("-");
+    const lo = parseInt(a, 16), hi = b ? parseInt(b, 16) : lo;
+    return cp >= lo && cp <= hi;
+  });
+  const seen = new Map();
+  const elements = new Map();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!el || !el.checkVisibility() || !cjk.test(node.data)) continue;
+    const weight = parseInt(getComputedStyle(el).fontWeight) > 500 ? "700" : "400";
+    for (const ch of node.data) if (cjk.test(ch)) {
+      seen.set(ch + weight, [ch, weight]);
+      elements.set(el, (elements.get(el) || "") + ch);
+    }
+  }
+  // Ask for every slice the text needs (a slice loads when text drawn with it shows).
+  await Promise.all([...seen.values()].map(
+    ([ch, w]) => document.fonts.load(`${w} 16px "Noto Sans SC"`, ch)));
+  // Drawn from the site's font, not as boxes from another: the element's Chinese
+  // characters, in the element's own style, are as wide as in Noto Sans SC alone.
+  const otherFont = [];
+  for (const [el, chars] of elements) {
+    const probe = document.createElement("span");
+    probe.style.cssText = "position:absolute;visibility:hidden;white-space:pre";
+    probe.textContent = chars;
+    el.appendChild(probe);
+    const own = probe.getBoundingClientRect().width;
+    probe.style.fontFamily = '"Noto Sans SC"';
+    const noto = probe.getBoundingClientRect().width;
+    probe.remove();
+    if (Math.abs(own - noto) > 0.5) otherFont.push(chars.slice(0, 12));
+  }
+  const missing = [...seen.values()].filter(([ch, w]) =>
+    !faces.some(f => f.status === "loaded" && f.weight === w && covers(f, ch.codePointAt(0))));
+  return {count: seen.size, missing: missing.map(([ch, w]) => ch + "@" + w), otherFont,
+          check: document.fonts.check('16px "Noto Sans SC"',
+                                      [...seen.values()].map(v => v[0]).join(""))};
+}
+"""
+
+
+def missing_cjk_glyphs(page, url: str) -> dict:
+    page.goto(url, wait_until="networkidle", timeout=60_000)
+    return page.evaluate(MISSING_GLYPHS_JS)

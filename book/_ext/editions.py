@@ -1,0 +1,221 @@
+"""Sphinx extension: what every edition of the book (English, 中文) needs of its own.
+
+* **A language switch** at the top of every page: a link to the same page in the other
+  edition, named by its visible text in that edition's language (``lang``) and marked
+  with ``hreflang``. The editions are laid out as ``_build/html/`` (English) and
+  ``_build/html/<lang>/`` (see tools/editions.py).
+* **A CJK web font** served by the site itself (Noto Sans SC, sliced by Unicode range:
+  a page downloads only the slices holding its glyphs), in both editions: the English
+  pages hold Chinese terms too. It comes last in the font stack, so Latin text keeps
+  the theme's fonts and only glyphs they lack fall back to it.
+* **Translated alt text.** Sphinx's gettext builder does not extract a figure's alt
+  text (``mystnb.image.alt`` in the cell metadata). Every alt text is looked up in the
+  page's own catalog instead, as a message of its own, when the page is written (the
+  catalogs carry them: ``tools.editions update`` adds them), so a figure's alt text is
+  translated, fuzzy or missing like any other message.
+* The fixes of ``accessible_html`` name the theme's labels in English ("Search",
+  "Light", ...); in another edition they are looked up in the theme's translation.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+# The editions and the name of each one's language in that language.
+EDITIONS = {"en": ("English", "en", ""), "zh_CN": ("中文", "zh-CN", "zh_CN/")}
+FONT_CSS = ("_vendor/fonts/noto-sans-sc/400.css", "_vendor/fonts/noto-sans-sc/700.css")
+
+
+def edition(app) -> str:
+    return app.config.language if app.config.language in EDITIONS else "en"
+
+
+def switch_link(current: str, pagename: str) -> str:
+    """The language switch of one page: links to the same page in every other edition."""
+    depth = pagename.count("/") + (1 if EDITIONS[current][2] else 0)
+    up = "../" * depth
+    links = []
+    for code, (name, tag, folder) in EDITIONS.items():
+        if code == current:
+            continue
+        href = f"{up}{folder}{pagename}.html"
+        links.append(
+            f'<a class="language-switch__link" href="{html.escape(href)}" '
+            f'hreflang="{tag}" lang="{tag}">{html.escape(name)}</a>'
+        )
+    return '<p class="language-switch">' + " ".join(links) + "</p>\n"
+
+
+# Pages whose template has no body of ours (the index, the search page): the switch
+# goes in after the build, after the first of these pieces of the theme's markup.
+NO_BODY: set[str] = set()
+ANCHORS = ('<article class="bd-article">', '<div class="bd-search-container">')
+
+
+def add_switch(app, pagename, templatename, context, doctree) -> None:
+    if "body" in context:
+        context["body"] = switch_link(edition(app), pagename) + context["body"]
+    else:
+        NO_BODY.add(pagename)
+
+
+def add_switch_after_build(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for pagename in sorted(NO_BODY):
+        page = Path(app.outdir, pagename + ".html")
+        if not page.exists():
+            continue
+        text = page.read_text(encoding="utf-8")
+        anchor = next((a for a in ANCHORS if a in text), None)
+        if anchor is None:
+            raise RuntimeError(f"editions: no place for the language switch in {pagename}")
+        page.write_text(text.replace(anchor, anchor + switch_link(edition(app), pagename), 1),
+                        encoding="utf-8")
+    NO_BODY.clear()
+
+
+def add_font(app, config) -> None:
+    # The stylesheets sit in the English edition's _vendor (html_extra_path), one level
+    # above _static; another edition's pages reach them one level further up.
+    up = "../" * (2 if EDITIONS[edition(app)][2] else 1)
+    for sheet in FONT_CSS:
+        app.add_css_file(up + sheet)
+    app.add_css_file("editions.css")
+
+
+# --- labels that no catalog holds ---------------------------------------------
+
+# myst-nb writes its toggles' labels from its configuration ("Show code cell {type}"),
+# not through a translation.
+LABELS = {
+    "zh_CN": {
+        "Show code cell source": "显示代码",
+        "Hide code cell source": "隐藏代码",
+        "Show code cell outputs": "显示输出",
+        "Hide code cell outputs": "隐藏输出",
+        "Show code cell output": "显示输出",
+        "Hide code cell output": "隐藏输出",
+        "Show code cell content": "显示代码单元",
+        "Hide code cell content": "隐藏代码单元",
+    },
+}
+
+
+def translate_labels(app, pagename, templatename, context, doctree) -> None:
+    labels = LABELS.get(edition(app))
+    if labels and "body" in context:
+        body = context["body"]
+        for english, local in labels.items():
+            body = body.replace(english, local)
+        context["body"] = body
+
+
+# --- alt text -----------------------------------------------------------------
+
+ALT = re.compile(r'(<img\b[^>]*?\balt=")([^"]*)(")')
+
+
+def translate_alt(app, pagename, templatename, context, doctree) -> None:
+    if edition(app) == "en" or "body" not in context:
+        return
+    translator = page_catalog(app, pagename)
+    if translator is None:
+        return
+
+    def swap(m: re.Match) -> str:
+        text = html.unescape(m.group(2))
+        found = translator.get(text)
+        return m.group(1) + html.escape(found, quote=True) + m.group(3) if found else m.group(0)
+
+    context["body"] = ALT.sub(swap, context["body"])
+
+
+def page_catalog(app, pagename):
+    """``{msgid: msgstr}`` of the page's catalog, translated and not fuzzy messages only."""
+    from babel.messages.pofile import read_po
+
+    for folder in app.config.locale_dirs:
+        po = Path(app.confdir, folder, app.config.language, "LC_MESSAGES", pagename + ".po")
+        if po.exists():
+            with po.open("rb") as f:
+                catalog = read_po(f)
+            return {m.id: m.string for m in catalog if m.id and m.string and not m.fuzzy}
+    return None
+
+
+# --- the parts' captions -------------------------------------------------------
+
+
+def translate_captions(app, doctree) -> None:
+    """The captions of the parts (_toc.yml) are extracted from the root page, but
+    sphinx-external-toc adds its toctrees after Sphinx's translation ran."""
+    if edition(app) == "en":
+        return
+    from sphinx import addnodes
+    from sphinx.locale import init as init_locale
+    from sphinx.util.i18n import docname_to_domain
+
+    toctrees = [n for n in doctree.findall(addnodes.toctree) if n.get("caption")]
+    if not toctrees:
+        return
+    domain = docname_to_domain(app.env.docname, app.config.gettext_compact)
+    dirs = [str(Path(app.srcdir, d)) for d in app.config.locale_dirs]
+    catalog, found = init_locale(dirs, app.config.language, domain)
+    if not found:
+        return
+    for node in toctrees:
+        node["caption"] = node["rawcaption"] = catalog.gettext(node["caption"])
+
+
+# --- accessible_html in another language --------------------------------------
+
+LABEL = re.compile(r'\b(title|aria-label)="([^"]+)"')
+
+
+def translate_fixes(app) -> None:
+    if edition(app) == "en":
+        return
+    try:
+        import accessible_html
+    except ImportError:
+        return
+    from sphinx.locale import get_translation
+
+    _ = get_translation("sphinx")
+
+    def local(markup: str) -> str:
+        return LABEL.sub(lambda m: f'{m.group(1)}="{_(m.group(2))}"', markup)
+
+    accessible_html.FIXES = tuple(
+        (local(before), local(after), gain) for before, after, gain in accessible_html.FIXES
+    )
+
+
+def front_door_language(app, exception) -> None:
+    """offline_site writes the front door's ``lang`` as Sphinx's code (zh_CN); HTML wants
+    a language tag (zh-CN)."""
+    if exception is not None or app.builder.format != "html" or edition(app) == "en":
+        return
+    door = Path(app.outdir, "index.html")
+    if door.exists():
+        text = door.read_text(encoding="utf-8")
+        door.write_text(text.replace(f'lang="{app.config.language}"',
+                                     f'lang="{EDITIONS[edition(app)][1]}"', 1),
+                        encoding="utf-8")
+
+
+def setup(app):
+    app.connect("config-inited", add_font)
+    app.connect("builder-inited", translate_fixes)
+    # After sphinx-external-toc has inserted the toctrees (its handler: priority 500).
+    app.connect("doctree-read", translate_captions, priority=600)
+    app.connect("html-page-context", add_switch)
+    app.connect("build-finished", add_switch_after_build)
+    # After offline_site has written the front door (its handler: priority 400).
+    app.connect("build-finished", front_door_language, priority=450)
+    app.connect("html-page-context", translate_alt)
+    app.connect("html-page-context", translate_labels)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,103 @@
+"""What the build cuts from the site's heavy assets (issue 26, point 8): the theme's
+Font Awesome script, cut to the icons the site names (book/_ext/offline_site.py), and
+the CJK web font, cut to the characters the site shows (tools/editions.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import editions
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import offline_site  # noqa: E402
+
+# --- Font Awesome -----------------------------------------------------------------
+
+PACK = ('{bars:[448,512,["navicon"],"f0c9","M0 96z"],'
+        '"magnifying-glass":[512,512,[128269,"search"],"f002","M416 208z"],'
+        'moon:[384,512,[127769],"f186",["M1 1z","M2 2z"]]}')
+
+
+def test_icon_packs_keep_the_icons_named_by_name_or_alias():
+    script = f"var a={PACK};var b={PACK};run(a,b);"
+    cut, kept = offline_site.cut_icon_packs(script, {"navicon", "moon"})
+    assert kept == 4  # two icons in each of the two packs
+    assert "f0c9" in cut and "f186" in cut and "f002" not in cut
+    assert cut.startswith("var a={") and cut.endswith("};run(a,b);")
+
+
+def test_icon_packs_refuse_a_script_without_packs():
+    with pytest.raises(RuntimeError, match="no icon pack"):
+        offline_site.cut_icon_packs("var a={x:1};", {"bars"})
+
+
+def test_the_themes_script_is_cut_to_a_few_icons():
+    import pydata_sphinx_theme
+
+    theme = Path(pydata_sphinx_theme.__file__).parent / "theme" / "pydata_sphinx_theme"
+    script = (theme / "static" / "scripts" / "fontawesome.js").read_text(encoding="utf-8")
+    cut, kept = offline_site.cut_icon_packs(script, {"magnifying-glass", "bars"})
+    assert kept == 2
+    assert len(cut) < len(script) / 10
+    # The icons kept are whole, the runtime around the packs untouched.
+    for name in ("magnifying-glass", "bars"):
+        key = f'"{name}":[' if f'"{name}":[' in script else f"{name}:["
+        start = script.index(key)
+        entry = script[start:script.index("]", script.index('"M', start)) + 1]
+        assert entry in cut
+    assert script[:2000] == cut[:2000]
+
+
+def test_icons_named_reads_pages_and_scripts(tmp_path):
+    (tmp_path / "a.html").write_text('<i class="fa-solid fa-bars"></i>')
+    (tmp_path / "b.js").write_text('el.className = "fa-solid fa-xmark";')
+    (tmp_path / "fontawesome.js").write_text("fa-everything")
+    assert offline_site.icons_named(tmp_path) == {"solid", "bars", "xmark"}
+
+
+# --- the CJK font -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def font_source():
+    if not editions.FONT_SOURCE.is_dir():
+        pytest.fail("no font slices in book/_vendor: run `make setup` first")
+    return editions.FONT_SOURCE
+
+
+def test_font_slices_are_cut_to_the_characters_shown(tmp_path, font_source):
+    from fontTools.ttLib import TTFont
+
+    shown = {ord(c) for c in "多头注意力，掩码。Attention"}
+    out = tmp_path / "noto-sans-sc"
+    kept, left_out, saved = editions.cut_fonts(out, font_source, shown)
+    files = sorted(out.glob("files/*.woff2"))
+    assert kept == len(files) and left_out > 0 and saved > 0
+    covered = set()
+    for path in files:
+        cmap = set(TTFont(path).getBestCmap())
+        assert cmap and cmap <= shown, path.name
+        covered |= cmap
+    cjk = {c for c in shown if c > 0x2FFF}
+    assert cjk <= covered
+    # Every face left in the stylesheets names a slice that is there, and only those.
+    for sheet in out.glob("*.css"):
+        named = editions.FACE.findall(sheet.read_text(encoding="utf-8"))
+        assert named and all((out / "files" / name).exists() for name in named)
+    assert {p.name for p in files} == {
+        name for sheet in out.glob("*.css")
+        for name in editions.FACE.findall(sheet.read_text(encoding="utf-8"))}
+
+
+def test_cutting_again_starts_from_the_whole_font(tmp_path, font_source):
+    from fontTools.ttLib import TTFont
+
+    out = tmp_path / "noto-sans-sc"
+    editions.cut_fonts(out, font_source, {ord("多")})
+    editions.cut_fonts(out, font_source, {ord("多"), ord("头")})
+    covered = set().union(*(set(TTFont(p).getBestCmap()) for p in out.glob("files/*.woff2")))
+    assert {ord("多"), ord("头")} <= covered

@@ -1,0 +1,199 @@
+"""The Chinese edition never drifts from the English one (issue 26).
+
+For every page declared translated (``locales/zh_CN/TRANSLATED``), its catalog
+(``locales/zh_CN/LC_MESSAGES/<page>.po``) must hold exactly the messages the current
+English page has (extracted again here, alt text included), each one translated and
+none fuzzy or obsolete; and a translated message that contains a term of the glossary
+(``locales/zh_CN/glossary.csv``) uses the glossary's Chinese term.
+
+After an English change, ``make translations`` updates the catalogs and lists what
+needs translating; this test fails until it is translated.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import editions
+
+babel_pofile = pytest.importorskip("babel.messages.pofile")
+
+ROOT = Path(__file__).resolve().parent.parent
+LANGUAGE = "zh_CN"
+LOCALE = ROOT / "locales" / LANGUAGE
+DECLARED = editions.declared(LANGUAGE)
+
+
+def read_catalog(path: Path):
+    with path.open("rb") as f:
+        return babel_pofile.read_po(f)
+
+
+# --- the catalog checks, as functions of a catalog (so that they can be shown failing) ---
+
+
+def catalog_problems(catalog, current: set[str] | None = None) -> list[str]:
+    """What stops a catalog from being a whole translation of its page: untranslated,
+    fuzzy and obsolete messages, and (given the page's current messages) messages the
+    catalog lacks or still holds after the English changed."""
+    problems = []
+    ids = set()
+    for message in catalog:
+        if not message.id:
+            continue
+        ids.add(message.id)
+        if message.fuzzy:
+            problems.append(f"fuzzy: {message.id[:70]!r}")
+        elif not message.string:
+            problems.append(f"untranslated: {message.id[:70]!r}")
+    problems += [f"obsolete: {m[:70]!r}" for m in catalog.obsolete]
+    if current is not None:
+        problems += [f"new in English, not in the catalog: {m[:70]!r}"
+                     for m in sorted(current - ids)]
+        problems += [f"gone from English, still in the catalog: {m[:70]!r}"
+                     for m in sorted(ids - current)]
+    return problems
+
+
+# --- the glossary ---
+
+
+def glossary() -> list[tuple[str, str]]:
+    with (LOCALE / "glossary.csv").open(encoding="utf-8") as f:
+        rows = [(row["english"].strip(), row["chinese"].strip()) for row in csv.DictReader(f)]
+    return sorted(rows, key=lambda row: -len(row[0]))  # longer terms first
+
+
+def term_pattern(english: str) -> re.Pattern:
+    words = [re.escape(w) for w in re.split(r"[ -]", english)]
+    return re.compile(r"\b" + r"[ -]".join(words) + r"(?:s|es)?\b", re.IGNORECASE)
+
+
+# Markup whose words are not prose: code, math, roles and their targets, URLs.
+NOT_PROSE = re.compile(r"``.*?``|`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\{[a-z:-]+\}|https?://\S+", re.S)
+# Emphasised or quoted spans: a title or a sentence of the running example, which the
+# translation may keep in English (then its words are not glossary terms).
+KEPT = re.compile(r"\*[^*]+\*|\"[^\"]+\"|“[^”]+”")
+
+
+def prose(msgid: str, msgstr: str) -> str:
+    text = NOT_PROSE.sub(" ", msgid)
+    return KEPT.sub(lambda m: " " if m.group(0).strip('*"“”') in msgstr else m.group(0), text)
+
+
+def glossary_problems(msgid: str, msgstr: str, terms: list[tuple[str, str]]) -> list[str]:
+    if msgstr == msgid:
+        return []  # kept as it is: a display equation, a number, a code name
+    text = prose(msgid, msgstr)
+    return [f"{english!r} is not {chinese!r} in {msgstr[:60]!r}"
+            for english, chinese in terms
+            if term_pattern(english).search(text) and chinese not in msgstr]
+
+
+# --- the tests ---
+
+
+@pytest.fixture(scope="module")
+def current_messages(tmp_path_factory) -> dict[str, set[str]]:
+    """Every declared page's messages, extracted now from the notebooks (about 25 s)."""
+    if not DECLARED:
+        return {}
+    out = tmp_path_factory.mktemp("gettext") / "gettext"
+    # In a process of its own: Sphinx and its extensions warn as they run, and this
+    # test suite turns warnings into errors.
+    subprocess.run(
+        [sys.executable, "-c", f"from pathlib import Path; from tools.editions import "
+         f"gettext; gettext(Path({str(out)!r}))"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    return {pot.relative_to(out).with_suffix("").as_posix():
+            {m.id for m in read_catalog(pot) if m.id} for pot in sorted(out.rglob("*.pot"))}
+
+
+@pytest.mark.slow
+def test_every_page_of_the_book_is_declared_translated(current_messages):
+    """A page new in English has no Chinese page until it is translated and listed."""
+    missing = sorted(set(current_messages) - set(DECLARED))
+    assert not missing, f"not translated (run `make translations`, translate, list in " \
+        f"locales/{LANGUAGE}/TRANSLATED): {missing}"
+
+
+def test_some_pages_are_declared_translated_and_have_a_catalog():
+    assert DECLARED
+    for doc in DECLARED:
+        assert (LOCALE / "LC_MESSAGES" / f"{doc}.po").exists(), doc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", DECLARED)
+def test_declared_page_is_wholly_translated_and_up_to_date(doc, current_messages):
+    catalog = read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po")
+    problems = catalog_problems(catalog, current_messages[doc])
+    assert not problems, (
+        f"{doc}: run `make translations`, then translate:\n  " + "\n  ".join(problems))
+
+
+@pytest.mark.parametrize("doc", DECLARED)
+def test_declared_page_uses_the_glossary(doc):
+    terms = glossary()
+    catalog = read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po")
+    problems = [p for m in catalog if m.id and m.string
+                for p in glossary_problems(m.id, m.string, terms)]
+    assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("doc", DECLARED)
+def test_declared_page_keeps_every_message_markup(doc):
+    """Code, math, roles (a glued number, a reference's target), links and emphasis
+    come out of MyST the same in the translation as in the English message."""
+    catalog = read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po")
+    problems = [p for m in catalog if m.id
+                if (p := editions.markup_problem(m.id, m.string))]
+    assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
+
+
+def test_glossary_terms_are_unique_and_each_has_a_chinese_term():
+    terms = glossary()
+    assert len({e.lower() for e, _ in terms}) == len(terms)
+    assert all(chinese for _, chinese in terms)
+
+
+def test_the_checks_catch_what_they_are_for():
+    from babel.messages.catalog import Catalog
+
+    catalog = Catalog(locale=LANGUAGE)
+    catalog.add("Masks", "掩码")
+    catalog.add("Heads", "")
+    catalog.add("Keys", "键", flags=["fuzzy"])
+    catalog.obsolete["Old"] = catalog["Masks"]
+    found = " ".join(catalog_problems(catalog, {"Masks", "Heads", "Keys", "Values"}))
+    for word in ("untranslated: 'Heads'", "fuzzy: 'Keys'", "obsolete: 'Old'",
+                 "not in the catalog: 'Values'"):
+        assert word in found
+    terms = glossary()
+    assert glossary_problems("A mask hides keys.", "遮罩屏蔽了一些键。", terms)
+    assert not glossary_problems("A mask hides keys.", "掩码屏蔽了一些键。", terms)
+    # Code, math and a title kept in English are not prose.
+    assert not glossary_problems("`padding_mask` and $QK^T$", "`padding_mask` 和 $QK^T$", terms)
+    assert not glossary_problems("*Attention Is All You Need*",
+                                 "*Attention Is All You Need*", terms)
+    # Markup: a glued number or a code span dropped, a reference's target changed, and
+    # bold that MyST does not open beside a Chinese quotation mark.
+    glued = "Its weight is {glue:text}`02_overview.ipynb::ch2_w:s` for `dog`."
+    assert editions.markup_problem(glued, "它的权重是 0.82，对应 `dog`。")
+    assert editions.markup_problem(glued, "它的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
+    assert not editions.markup_problem(
+        glued, "`dog` 的权重是 {glue:text}`02_overview.ipynb::ch2_w:s`。")
+    ref = "See {ref}`the masks <masks>`."
+    assert not editions.markup_problem(ref, "见 {ref}`掩码一节 <masks>`。")
+    assert editions.markup_problem(ref, "见 {ref}`掩码一节 <mask>`。")
+    assert editions.markup_problem("A **\"word\"** here", "这里的**“词”**")
+    assert not editions.markup_problem("A **word** here", "这里的**词**")

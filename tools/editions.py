@@ -1,0 +1,408 @@
+"""The book's other editions: one set of notebooks, one gettext catalog per page.
+
+The English site is built by ``jupyter-book build`` into ``_build/html``. Every other
+edition is built here by the same machinery (Jupyter Book's ``build_sphinx``, the same
+``_config.yml`` and ``_toc.yml``), with Sphinx's ``language`` set and the catalogs of
+``locales/<lang>/LC_MESSAGES`` applied, into ``_build/html/<lang>/``. What does not
+change with the language is not copied: MathJax is loaded from the English edition's
+``_vendor``, and every file of ``_static``, ``_images`` or ``_sources`` that is byte for byte the
+English one is removed from the edition and its pages point at the English file.
+
+    python -m tools.editions gettext         # extract the messages (_build/gettext)
+    python -m tools.editions update zh_CN    # merge them into the catalogs, list the work
+    python -m tools.editions build zh_CN     # build the edition (after the English one)
+    python -m tools.editions status zh_CN    # what is left to translate, per catalog
+    python -m tools.editions check zh_CN [page ...]   # translations that lost markup
+    python -m tools.editions fonts           # cut the CJK font to the site's characters
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCALES = ROOT / "locales"
+BUILD = ROOT / "_build"
+HTML = BUILD / "html"
+POT = BUILD / "gettext"
+LANGUAGES = ("zh_CN",)
+# Folders of an edition whose files may be shared with the English edition.
+SHARED_DIRS = ("_static", "_images", "_sources")
+
+
+def overrides(language: str | None) -> dict:
+    """Sphinx settings of an edition, on top of ``_config.yml``."""
+    settings = {
+        "external_toc_path": "_toc.yml",
+        "nitpicky": True,
+        "latex_individualpages": False,
+        # One catalog per page (book/notebooks/01_notation.po), not one per folder.
+        "gettext_compact": False,
+        "locale_dirs": [str(LOCALES)],
+    }
+    if language:
+        settings |= {
+            "language": language,
+            # The book's title, from the root page's catalog (where it is its heading).
+            **({"html_title": title} if (title := translated_title(language)) else {}),
+            # MathJax is the English edition's copy (one level up).
+            "html_extra_path": [],
+            "mathjax_path": "../../_vendor/mathjax/tex-chtml.js",
+        }
+    return settings
+
+
+def translated_title(language: str) -> str | None:
+    import yaml
+    from babel.messages.pofile import read_po
+
+    title = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
+    root = yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
+    po = LOCALES / language / "LC_MESSAGES" / f"{root}.po"
+    if not po.exists():
+        return None
+    with po.open("rb") as f:
+        message = read_po(f).get(title)
+    return message.string if message and message.string and not message.fuzzy else None
+
+
+def sphinx(builder: str, outdir: Path, doctrees: Path, language: str | None = None) -> int:
+    from jupyter_book.sphinx import build_sphinx
+
+    return build_sphinx(
+        ROOT,
+        outdir,
+        noconfig=True,
+        path_config=str(ROOT / "_config.yml"),
+        confoverrides=overrides(language),
+        doctreedir=doctrees,
+        builder=builder,
+        force_all=True,
+        freshenv=True,
+        warningiserror=True,
+        keep_going=True,
+    )
+
+
+def gettext(outdir: Path = POT) -> None:
+    """Extract every page's messages into ``<outdir>/<docname>.pot``, alt text included."""
+    status = sphinx("gettext", outdir, outdir.parent / f".doctrees-{outdir.name}")
+    if status:
+        sys.exit(status)
+    for pot in sorted(outdir.rglob("*.pot")):
+        notebook = ROOT / pot.relative_to(outdir).with_suffix(".ipynb")
+        if notebook.exists():
+            add_alt_texts(pot, notebook)
+
+
+def alt_texts(notebook: Path) -> list[tuple[str, int]]:
+    """Each figure's alt text (cell metadata ``mystnb.image.alt``) and its cell's index."""
+    import json
+
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    found = []
+    for index, cell in enumerate(cells):
+        alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+        if alt:
+            found.append((alt, index))
+    return found
+
+
+def add_alt_texts(pot: Path, notebook: Path) -> None:
+    """The gettext builder does not extract alt text: add it to the page's template as
+    messages of their own (book/_ext/editions.py translates them when writing pages)."""
+    from babel.messages.pofile import read_po, write_po
+
+    with pot.open("rb") as f:
+        catalog = read_po(f)
+    where = notebook.relative_to(ROOT).as_posix()
+    for alt, index in alt_texts(notebook):
+        catalog.add(alt, locations=[(f"../../{where}", index)],
+                    auto_comments=[f"alt text of the figure of cell {index} (mystnb.image.alt)"])
+    with pot.open("wb") as f:
+        write_po(f, catalog, width=0)
+
+
+def catalogs(language: str) -> Path:
+    return LOCALES / language / "LC_MESSAGES"
+
+
+def stats(po: Path) -> dict[str, int]:
+    """Counts of translated, fuzzy, untranslated and obsolete messages in one catalog."""
+    from babel.messages.pofile import read_po
+
+    with po.open("rb") as f:
+        catalog = read_po(f)
+    counts = {"translated": 0, "fuzzy": 0, "untranslated": 0, "obsolete": len(catalog.obsolete)}
+    for message in catalog:
+        if not message.id:
+            continue
+        if message.fuzzy:
+            counts["fuzzy"] += 1
+        elif message.string:
+            counts["translated"] += 1
+        else:
+            counts["untranslated"] += 1
+    return counts
+
+
+def status(language: str) -> None:
+    translated = declared(language)
+    for po in sorted(catalogs(language).rglob("*.po")):
+        doc = po.relative_to(catalogs(language)).with_suffix("").as_posix()
+        c = stats(po)
+        mark = "declared translated" if doc in translated else ""
+        print(f"{doc:40} {c['translated']:4} translated {c['fuzzy']:4} fuzzy "
+              f"{c['untranslated']:4} untranslated {c['obsolete']:4} obsolete  {mark}")
+
+
+def declared(language: str) -> list[str]:
+    """The pages declared translated (``locales/<lang>/TRANSLATED``, one docname a line)."""
+    path = LOCALES / language / "TRANSLATED"
+    if not path.exists():
+        return []
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def update(language: str) -> None:
+    """Merge the extracted messages into the catalogs (new ones empty, changed ones
+    fuzzy, vanished ones obsolete), then list what needs translating."""
+    subprocess.run(
+        [sys.executable, "-m", "sphinx_intl", "update", "-p", str(POT), "-d", str(LOCALES),
+         "-l", language, "-w", "0"],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    status(language)
+
+
+def share_with_english(edition: Path, english: Path) -> tuple[int, int]:
+    """Remove the edition's files that are the English edition's, byte for byte, and
+    point its pages at the English copies. Returns (files removed, bytes saved)."""
+    removed, saved = [], 0
+    for folder in SHARED_DIRS:
+        for path in sorted((edition / folder).rglob("*")):
+            twin = english / path.relative_to(edition)
+            if path.is_file() and twin.is_file() and path.read_bytes() == twin.read_bytes():
+                removed.append(path.relative_to(edition).as_posix())
+                saved += path.stat().st_size
+                path.unlink()
+    gone = set(removed)
+    folders = "|".join(SHARED_DIRS)
+    pattern = re.compile(r'((?:href|src|data-src)=")((?:\.\./)*)((?:' + folders + r')/[^"?#]+)')
+    for page in edition.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+
+        def repoint(m: re.Match, page=page) -> str:
+            if m.group(3) not in gone:
+                return m.group(0)
+            return m.group(1) + "../" + m.group(2) + m.group(3)
+
+        new = pattern.sub(repoint, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+    for folder in SHARED_DIRS:
+        for path in sorted((edition / folder).rglob("*"), reverse=True):
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return len(removed), saved
+
+
+def build(language: str) -> None:
+    if not (HTML / "_static").is_dir():
+        sys.exit("build the English edition first (_build/html)")
+    out = HTML / language
+    start = time.perf_counter()
+    code = sphinx("html", out, BUILD / f".doctrees-{language}", language)
+    # myst-nb writes its copies of the notebooks beside the output folder: here, inside
+    # the English edition (its own are in _build/jupyter_execute). Not published.
+    shutil.rmtree(HTML / "jupyter_execute", ignore_errors=True)
+    if code:
+        sys.exit(code)
+    files, saved = share_with_english(out, HTML)
+    print(f"{language}: built in {time.perf_counter() - start:.0f} s; {files} files "
+          f"({saved / 1e6:.1f} MB) shared with the English edition instead of copied")
+
+
+# --- the CJK web font, cut to the characters the site shows ------------------------
+
+# The font as Fontsource slices it (book/_vendor, from `make setup`), and its copy in
+# the built site (html_extra_path), which is cut.
+FONT_SOURCE = ROOT / "book" / "_vendor" / "site" / "_vendor" / "fonts" / "noto-sans-sc"
+FONTS = HTML / "_vendor" / "fonts" / "noto-sans-sc"
+# Files whose text a reader can see drawn in the site's font: the pages, and the
+# scripts that write labels into them (the search page's messages, in each language).
+TEXT_SUFFIXES = (".html", ".js")
+
+
+def site_characters(root: Path = HTML) -> set[int]:
+    """Every character of every page and script of both editions (MathJax and the
+    font stylesheets aside): a superset of what the site draws in the CJK font."""
+    found: set[int] = set()
+    for path in root.rglob("*"):
+        rel = path.relative_to(root).parts
+        if path.suffix not in TEXT_SUFFIXES or rel[:2] == ("_vendor", "mathjax"):
+            continue
+        found |= {ord(c) for c in path.read_text(encoding="utf-8", errors="ignore")}
+    return found
+
+
+FACE = re.compile(r"/\* [^*]* \*/\s*@font-face \{[^}]*?url\(\./files/([^)]+)\)[^}]*\}\s*", re.S)
+
+
+def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
+              characters: set[int] | None = None) -> tuple[int, int, int]:
+    """Cut every slice of the font (``source``) to the characters the site shows, into
+    ``folder``: a slice holding none of them is left out, and its ``@font-face`` rule
+    with it. The slices' Unicode ranges stay as Fontsource drew them, so a page still
+    downloads only the slices its own characters fall in. Running it again after the
+    text changed starts from the whole font again. Returns (slices kept, slices left
+    out, bytes saved)."""
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    characters = site_characters() if characters is None else characters
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(source, folder)
+    before = sum(f.stat().st_size for f in folder.glob("files/*.woff2"))
+    kept, deleted = set(), set()
+    options = subset.Options()
+    options.flavor = "woff2"
+    options.layout_features = ["*"]
+    options.name_IDs = ["*"]
+    options.notdef_outline = True
+    named = {name for sheet in folder.glob("*.css")
+             for name in FACE.findall(sheet.read_text(encoding="utf-8"))}
+    for path in sorted(folder.glob("files/*.woff2")):
+        font = TTFont(path)
+        wanted = characters & set(font.getBestCmap())
+        # A file no stylesheet names (Fontsource's whole unsliced font) is never loaded.
+        if not wanted or path.name not in named:
+            deleted.add(path.name)
+            path.unlink()
+            continue
+        subsetter = subset.Subsetter(options)
+        subsetter.populate(unicodes=wanted)
+        subsetter.subset(font)
+        font.flavor = "woff2"
+        font.save(path)
+        kept.add(path.name)
+    for sheet in folder.glob("*.css"):
+        text = sheet.read_text(encoding="utf-8")
+        sheet.write_text(FACE.sub(lambda m: "" if m.group(1) in deleted else m.group(0), text),
+                         encoding="utf-8")
+    after = sum(f.stat().st_size for f in folder.glob("files/*.woff2"))
+    return len(kept), len(deleted), before - after
+
+
+def fonts() -> None:
+    start = time.perf_counter()
+    kept, deleted, saved = cut_fonts()
+    print(f"fonts: {kept} slices cut to the site's characters, {deleted} unused deleted, "
+          f"{saved / 1e6:.1f} MB saved in {time.perf_counter() - start:.0f} s")
+
+
+# --- a translation keeps its message's markup ------------------------------------
+
+# Roles whose text may be translated: only their target (``text <target>``) must stay.
+TEXT_ROLES = {"ref", "doc", "numref", "term", "download"}
+# Token kinds a translation adds or drops freely.
+FREE_TOKENS = {"text", "softbreak", "hardbreak", "paragraph_open", "paragraph_close",
+               "inline"}
+
+
+def markup(text: str) -> collections.Counter:
+    """What a message's markup is, as MyST parses it: every kind of token but plain text,
+    and the content of every code span, math span, role target and link. Emphasis that
+    MyST does not open (``**`` beside CJK punctuation) is missing here, as on the page."""
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    global _PARSER
+    if _PARSER is None:
+        import yaml
+
+        config = yaml.safe_load((ROOT / "_config.yml").read_text())
+        extensions = set(config["parse"]["myst_enable_extensions"])
+        _PARSER = create_md_parser(MdParserConfig(enable_extensions=extensions), RendererHTML)
+    found: collections.Counter = collections.Counter()
+
+    def walk(tokens) -> None:
+        for token in tokens:
+            if token.type not in FREE_TOKENS:
+                found[token.type] += 1
+            if token.type in ("code_inline", "math_inline", "math_block", "math_inline_double",
+                              "code_block", "fence"):
+                found[f"{token.type}: {token.content.strip()}"] += 1
+            elif token.type == "myst_role":
+                name, content = token.meta.get("name", ""), token.content
+                target = re.search(r"<([^<>]+)>\s*$", content)
+                if name in TEXT_ROLES and target:
+                    content = target.group(1)
+                found[f"{{{name}}}{content}"] += 1
+            elif token.type == "link_open":
+                found[f"link: {token.attrGet('href')}"] += 1
+            walk(token.children or [])
+
+    walk(_PARSER.parse(text))
+    return found
+
+
+_PARSER = None
+
+
+def markup_problem(msgid: str, msgstr: str) -> str | None:
+    """How a translation's markup differs from its message's, or None."""
+    if not msgstr:
+        return None
+    want, got = markup(msgid), markup(msgstr)
+    if want == got:
+        return None
+    lost = ", ".join(sorted((want - got).elements()))
+    added = ", ".join(sorted((got - want).elements()))
+    return (f"{msgid[:60]!r}: " + (f"lost {lost}" if lost else "")
+            + ("; " if lost and added else "") + (f"added {added}" if added else ""))
+
+
+def check(language: str, pages: list[str] | None = None) -> int:
+    """Print every translated message whose markup is not its English message's."""
+    from babel.messages.pofile import read_po
+
+    problems = 0
+    for po in sorted(catalogs(language).rglob("*.po")):
+        doc = po.relative_to(catalogs(language)).with_suffix("").as_posix()
+        if pages and doc not in pages:
+            continue
+        with po.open("rb") as f:
+            catalog = read_po(f)
+        for message in catalog:
+            if message.id and (problem := markup_problem(message.id, message.string)):
+                print(f"{doc}: {problem}")
+                problems += 1
+    print(f"{problems} message(s) with markup other than the English")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command",
+                        choices=("gettext", "update", "build", "status", "check", "fonts"))
+    parser.add_argument("language", nargs="?", default=LANGUAGES[0])
+    parser.add_argument("pages", nargs="*", help="check: only these pages (docnames)")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        sys.exit(1 if check(args.language, args.pages) else 0)
+    {"gettext": lambda _: gettext(), "fonts": lambda _: fonts(), "update": update, "build": build,
+     "status": status}[args.command](args.language)
+
+
+if __name__ == "__main__":
+    main()
