@@ -197,3 +197,29 @@ def test_the_checks_catch_what_they_are_for():
     assert editions.markup_problem(ref, "见 {ref}`掩码一节 <mask>`。")
     assert editions.markup_problem("A **\"word\"** here", "这里的**“词”**")
     assert not editions.markup_problem("A **word** here", "这里的**词**")
+
+
+def test_the_references_notes_are_messages_and_reach_the_edition(tmp_path, monkeypatch):
+    """Every ``note`` of references.bib is a message of the bibliography's page; the
+    edition's copy of references.bib carries the translated notes and nothing else
+    changed."""
+    bib = editions.BIB.read_text(encoding="utf-8")
+    notes = editions.bib_notes(bib)
+    assert len(notes) == len(re.findall(r"^\s*(note|howpublished)\s*=", bib, re.M)) > 0
+    assert editions.bibliography_page() == "book/references"
+    monkeypatch.setattr(editions, "BUILD", tmp_path)
+    copy = editions.translated_bib(LANGUAGE).read_text(encoding="utf-8")
+    catalog = {m.id: m for m in read_catalog(
+        LOCALE / "LC_MESSAGES" / f"{editions.bibliography_page()}.po") if m.id}
+    pairs = zip(bib.splitlines(), copy.splitlines(), strict=True)
+    changed = [(a, b) for a, b in pairs if a != b]
+    assert len(changed) == sum(1 for _, _, n in notes
+                               if catalog.get(n) and catalog[n].string and catalog[n].string != n)
+    for english, local in changed:
+        assert english.split("{")[0] == local.split("{")[0]  # the same field, translated
+
+
+def test_a_note_over_two_lines_is_refused():
+    with pytest.raises(ValueError, match="one line"):
+        editions.bib_notes("@misc{a,\n  note = {two\n  lines},\n}")
+    assert editions.bib_notes("@misc{a,\n  note = {one line},\n}") == [("a", 2, "one line")]

@@ -7,6 +7,9 @@ edition is built here by the same machinery (Jupyter Book's ``build_sphinx``, th
 change with the language is not copied: MathJax is loaded from the English edition's
 ``_vendor``, and every file of ``_static``, ``_images`` or ``_sources`` that is byte for byte the
 English one is removed from the edition and its pages point at the English file.
+The notes of the references (``note`` and ``howpublished`` in references.bib) are
+messages of the page that holds the bibliography, and an edition reads a copy of
+references.bib with them translated.
 
     python -m tools.editions gettext         # extract the messages (_build/gettext)
     python -m tools.editions update zh_CN    # merge them into the catalogs, list the work
@@ -55,6 +58,7 @@ def overrides(language: str | None) -> dict:
             # MathJax is the English edition's copy (one level up).
             "html_extra_path": [],
             "mathjax_path": "../../_vendor/mathjax/tex-chtml.js",
+            "bibtex_bibfiles": [str(translated_bib(language))],
         }
     return settings
 
@@ -100,6 +104,77 @@ def gettext(outdir: Path = POT) -> None:
         notebook = ROOT / pot.relative_to(outdir).with_suffix(".ipynb")
         if notebook.exists():
             add_alt_texts(pot, notebook)
+    add_bib_notes(outdir / f"{bibliography_page()}.pot")
+
+
+# --- the references' notes -------------------------------------------------------
+
+BIB = ROOT / "references.bib"
+BIB_KEY = re.compile(r"^@\w+\{([^,\s]+),")
+# The fields of a reference written in words, each on one line: note = {...},
+BIB_FIELDS = ("note", "howpublished")
+BIB_NOTE = re.compile(r"^(\s*(?:" + "|".join(BIB_FIELDS) + r")\s*=\s*\{)(.*)(\},?\s*)$")
+BIB_ANY = re.compile(r"^\s*(?:" + "|".join(BIB_FIELDS) + r")\s*=")
+
+
+def bib_notes(text: str) -> list[tuple[str, int, str]]:
+    """(entry key, line number, text) of every ``note`` and ``howpublished`` field of a
+    .bib file, in the order of the file."""
+    notes, key = [], None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if m := BIB_KEY.match(line):
+            key = m.group(1)
+        elif (m := BIB_NOTE.match(line)) and key:
+            notes.append((key, number, m.group(2)))
+        elif BIB_ANY.match(line):
+            raise ValueError(f"references.bib:{number}: a note must sit on one line")
+    return notes
+
+
+def bibliography_page() -> str:
+    """The docname of the page with the ``{bibliography}`` directive."""
+    pages = [p for p in sorted((ROOT / "book").rglob("*.md"))
+             if "{bibliography}" in p.read_text(encoding="utf-8")]
+    if len(pages) != 1:
+        raise RuntimeError(f"editions: expected one page with the bibliography, got {pages}")
+    return pages[0].relative_to(ROOT).with_suffix("").as_posix()
+
+
+def add_bib_notes(pot: Path) -> None:
+    """The gettext builder does not see the references' notes (sphinxcontrib-bibtex
+    formats them when the page is written): add them to the page's template."""
+    from babel.messages.pofile import read_po, write_po
+
+    with pot.open("rb") as f:
+        catalog = read_po(f)
+    for key, number, note in bib_notes(BIB.read_text(encoding="utf-8")):
+        if note in catalog:  # "WeChat article", three times: one message
+            catalog[note].locations.append(("../../references.bib", number))
+            continue
+        catalog.add(note, locations=[("../../references.bib", number)],
+                    auto_comments=[f"note of the reference {key} (references.bib)"])
+    with pot.open("wb") as f:
+        write_po(f, catalog, width=0)
+
+
+def translated_bib(language: str) -> Path:
+    """A copy of references.bib with each note the edition's catalog translates (an
+    untranslated or fuzzy one stays English), in the build folder."""
+    from babel.messages.pofile import read_po
+
+    po = catalogs(language) / f"{bibliography_page()}.po"
+    table = {}
+    if po.exists():
+        with po.open("rb") as f:
+            table = {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
+    lines = BIB.read_text(encoding="utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if (m := BIB_NOTE.match(line)) and m.group(2) in table:
+            lines[i] = m.group(1) + table[m.group(2)] + m.group(3)
+    out = BUILD / f"references-{language}.bib"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
 
 
 def alt_texts(notebook: Path) -> list[tuple[str, int]]:
