@@ -17,10 +17,15 @@ looked at again rather than silently lost.
 * The bibliography is a ``role="list"`` whose items are ``role="doc-biblioentry"``
   (deprecated, and not list items): a list a screen reader cannot walk. Plain
   elements instead; the entries keep their labels and back-links.
+
+The theme writes its labels in the edition's language (``title="搜索"`` in Chinese), so
+in another edition each fix's ``title``/``aria-label`` is looked up in Sphinx's own
+translation, as the theme looks it up.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 # (what the markup is, exactly as written, what it becomes, what a reader gains)
@@ -43,10 +48,27 @@ FIXES = (
 )
 
 
-def fix_page(text: str) -> tuple[str, set[int]]:
+LABEL = re.compile(r'\b(title|aria-label)="([^"]+)"')
+
+
+def fixes_for(language: str | None) -> tuple[tuple[str, str, str], ...]:
+    """FIXES with their labels as the theme writes them in ``language``."""
+    if not language or language.startswith("en"):
+        return FIXES
+    from sphinx.locale import get_translation
+
+    _ = get_translation("sphinx")
+
+    def local(markup: str) -> str:
+        return LABEL.sub(lambda m: f'{m.group(1)}="{_(m.group(2))}"', markup)
+
+    return tuple((local(before), local(after), gain) for before, after, gain in FIXES)
+
+
+def fix_page(text: str, fixes=FIXES) -> tuple[str, set[int]]:
     """The page with every fix applied, and the indices of the fixes that applied."""
     applied = set()
-    for index, (before, after, _) in enumerate(FIXES):
+    for index, (before, after, _) in enumerate(fixes):
         if before in text:
             text = text.replace(before, after)
             applied.add(index)
@@ -56,15 +78,16 @@ def fix_page(text: str) -> tuple[str, set[int]]:
 def fix_site(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
+    fixes = fixes_for(app.config.language)
     applied: set[int] = set()
     for page in Path(app.outdir).rglob("*.html"):
         if "_vendor" in page.parts:
             continue
-        text, done = fix_page(page.read_text(encoding="utf-8"))
+        text, done = fix_page(page.read_text(encoding="utf-8"), fixes)
         if done:
             page.write_text(text, encoding="utf-8")
             applied |= done
-    missing = [FIXES[i][2] for i in range(len(FIXES)) if i not in applied]
+    missing = [fixes[i][2] for i in range(len(fixes)) if i not in applied]
     if missing:
         raise RuntimeError(
             "accessible_html: markup to fix not found in any page (did the theme or an "

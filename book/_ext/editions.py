@@ -13,8 +13,6 @@
   page's own catalog instead, as a message of its own, when the page is written (the
   catalogs carry them: ``tools.editions update`` adds them), so a figure's alt text is
   translated, fuzzy or missing like any other message.
-* The fixes of ``accessible_html`` name the theme's labels in English ("Search",
-  "Light", ...); in another edition they are looked up in the theme's translation.
 """
 
 from __future__ import annotations
@@ -170,30 +168,6 @@ def translate_captions(app, doctree) -> None:
         node["caption"] = node["rawcaption"] = catalog.gettext(node["caption"])
 
 
-# --- accessible_html in another language --------------------------------------
-
-LABEL = re.compile(r'\b(title|aria-label)="([^"]+)"')
-
-
-def translate_fixes(app) -> None:
-    if edition(app) == "en":
-        return
-    try:
-        import accessible_html
-    except ImportError:
-        return
-    from sphinx.locale import get_translation
-
-    _ = get_translation("sphinx")
-
-    def local(markup: str) -> str:
-        return LABEL.sub(lambda m: f'{m.group(1)}="{_(m.group(2))}"', markup)
-
-    accessible_html.FIXES = tuple(
-        (local(before), local(after), gain) for before, after, gain in accessible_html.FIXES
-    )
-
-
 def front_door_language(app, exception) -> None:
     """offline_site writes the front door's ``lang`` as Sphinx's code (zh_CN); HTML wants
     a language tag (zh-CN)."""
@@ -209,7 +183,6 @@ def front_door_language(app, exception) -> None:
 
 def setup(app):
     app.connect("config-inited", add_font)
-    app.connect("builder-inited", translate_fixes)
     # After sphinx-external-toc has inserted the toctrees (its handler: priority 500).
     app.connect("doctree-read", translate_captions, priority=600)
     app.connect("html-page-context", add_switch)
