@@ -293,3 +293,51 @@ def test_chinese_search_finds_attention(page, served_site):
     page.goto(f"{served_site}/{ZH}/search.html?q=注意力", wait_until="networkidle")
     page.wait_for_selector("#search-results li", timeout=30_000)
     assert page.locator("#search-results li").count() >= 2
+
+
+@pytest.mark.parametrize("page_path", ["book/notebooks/09_positions_and_tiles.html",
+                                       f"{ZH}/book/notebooks/09_positions_and_tiles.html"])
+def test_the_sites_own_scripts_write_in_the_pages_language(browser, served_site, page_path):
+    """The words table-scroll.js and figure-zoom.js add (the phone's scroll hint, the
+    name of a box that scrolls, the full-size link's title) are Chinese in the Chinese
+    edition and English in the English one."""
+    context = browser.new_context(viewport={"width": PHONE, "height": PHONE_HEIGHT})
+    try:
+        page = context.new_page()
+        page.goto(f"{served_site}/{page_path}", wait_until="networkidle")
+        words = page.evaluate("""() => ({
+          hint: Array.from(document.querySelectorAll('.scroll-hint'), el => el.textContent),
+          region: Array.from(document.querySelectorAll('[role="region"][aria-label]'),
+                             el => el.getAttribute('aria-label')),
+          zoom: Array.from(document.querySelectorAll('a.figure-zoom'), el => el.title)})""")
+    finally:
+        context.close()
+    assert all(words.values()), f"{page_path}: some kind of word is missing: {words}"
+    chinese = [bool(re.search(r"[\u4e00-\u9fff]", w)) for kind in words.values() for w in kind]
+    if page_path.startswith(f"{ZH}/"):
+        assert all(chinese), f"{page_path}: {words}"
+    else:
+        assert not any(chinese), f"{page_path}: {words}"
+
+
+LABEL_ATTRIBUTE = re.compile(r'\b(?:title|aria-label|placeholder)="([^"]*)"')
+
+
+def test_the_chinese_edition_names_no_control_in_english():
+    """The theme's controls (their tooltips and the names a screen reader reads) are
+    labelled in Chinese: no label that the site's chrome carries on most English pages,
+    and no "Link to this ..." anchor, is left in English on a Chinese page."""
+    english = [p for p in PAGES if not p.startswith(f"{ZH}/")]
+    if len(english) == len(PAGES):
+        _missing("no Chinese edition built: run `make book` first")
+    counts: dict[str, int] = {}
+    for page in english:
+        for label in set(LABEL_ATTRIBUTE.findall((HTML / page).read_text(encoding="utf-8"))):
+            counts[label] = counts.get(label, 0) + 1
+    chrome = {label for label, n in counts.items()
+              if n >= len(english) / 2 or label.startswith("Link to this")}
+    assert "Toggle primary sidebar" in chrome  # the theme's chrome was found
+    left = {(page, label) for page in ZH_PAGES
+            for label in LABEL_ATTRIBUTE.findall((HTML / page).read_text(encoding="utf-8"))
+            if label in chrome}
+    assert not left, sorted(left)[:20]

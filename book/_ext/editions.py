@@ -13,6 +13,9 @@
   page's own catalog instead, as a message of its own, when the page is written (the
   catalogs carry them: ``tools.editions update`` adds them), so a figure's alt text is
   translated, fuzzy or missing like any other message.
+* **The theme's labels** that no catalog translates: myst-nb's toggles ("Show code
+  cell source"), and the tooltips and accessible names of the theme's controls ("Color
+  mode", "Link to this heading", ...), in ``LABELS`` and ``ATTRIBUTE_LABELS``.
 """
 
 from __future__ import annotations
@@ -100,6 +103,45 @@ LABELS = {
         "Hide code cell content": "隐藏代码单元",
     },
 }
+
+
+# Labels of the theme's controls (tooltips and accessible names) that neither Sphinx's
+# nor the theme's Chinese catalog holds; a screen reader reads them aloud.
+ATTRIBUTE_LABELS = {
+    "zh_CN": {
+        "Link to this heading": "链接到此标题",
+        "Link to this equation": "链接到此公式",
+        "Link to this image": "链接到此图片",
+        "Link to this table": "链接到此表格",
+        "Link to this code": "链接到此代码",
+        "Toggle primary sidebar": "展开或收起左侧栏",
+        "Toggle secondary sidebar": "展开或收起右侧栏",
+        "Color mode": "颜色模式",
+        "Search the book...": "搜索本书……",
+        "Main": "主导航",
+        "Page": "本页",
+    },
+}
+ATTRIBUTE = re.compile(r'\b(title|aria-label|placeholder)="([^"]*)"')
+
+
+def translate_attribute_labels(app, exception) -> None:
+    """After the build (and after accessible_html, which matches the theme's markup as
+    written): the theme's English labels in every page of another edition."""
+    labels = ATTRIBUTE_LABELS.get(edition(app))
+    if exception is not None or app.builder.format != "html" or not labels:
+        return
+
+    def local(m: re.Match) -> str:
+        return f'{m.group(1)}="{labels.get(m.group(2), m.group(2))}"'
+
+    for page in Path(app.outdir).rglob("*.html"):
+        if "_vendor" in page.parts:
+            continue
+        text = page.read_text(encoding="utf-8")
+        new = ATTRIBUTE.sub(local, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
 
 
 def translate_labels(app, pagename, templatename, context, doctree) -> None:
@@ -191,4 +233,5 @@ def setup(app):
     app.connect("build-finished", front_door_language, priority=450)
     app.connect("html-page-context", translate_alt)
     app.connect("html-page-context", translate_labels)
+    app.connect("build-finished", translate_attribute_labels, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

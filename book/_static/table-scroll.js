@@ -4,6 +4,19 @@
 // focus so that the arrow keys scroll it, with a name a screen reader reads. A box that
 // fits is left as it is, so wide windows see no change.
 (() => {
+  // The words it writes, in the page's language (the English or the Chinese edition).
+  const WORDS = document.documentElement.lang.startsWith("zh") ? {
+    table: "表格", output: "输出", code: "代码",
+    ofCell: (n) => `（第 ${n} 个代码单元）`,
+    scrolls: (what) => `${what}（可左右滚动）`,
+    hint: "↔ 比屏幕宽：左右滑动查看其余部分",
+  } : {
+    table: "table", output: "output", code: "code",
+    ofCell: (n) => ` of cell ${n}`,
+    scrolls: (what) => `${what} (scrolls sideways)`,
+    hint: "↔ wider than the screen: scroll sideways for the rest",
+  };
+
   const SELECTOR = [
     ".pst-scrollable-table-container",
     "div.cell_output pre",
@@ -19,14 +32,14 @@
       const heads = Array.from(table.querySelectorAll("thead th")).map((th) =>
         th.textContent.trim()).filter(Boolean);
       const what = caption ? caption.textContent.trim()
-        : heads.length ? `table: ${heads.join(", ")}` : "table";
-      return `${what} (scrolls sideways)`;
+        : heads.length ? `${WORDS.table}: ${heads.join(", ")}` : WORDS.table;
+      return WORDS.scrolls(what);
     }
     const cell = box.closest(".cell");
-    const kind = box.closest(".cell_output") ? "output" : "code";
+    const kind = box.closest(".cell_output") ? WORDS.output : WORDS.code;
     const cells = Array.from(document.querySelectorAll(".cell"));
-    const number = cell ? ` of cell ${cells.indexOf(cell) + 1}` : "";
-    return `${kind}${number} (scrolls sideways)`;
+    const number = cell ? WORDS.ofCell(cells.indexOf(cell) + 1) : "";
+    return WORDS.scrolls(`${kind}${number}`);
   }
 
   function update(box, used = new Set()) {
@@ -50,7 +63,7 @@
         hint = document.createElement("p");
         hint.className = "scroll-hint";
         hint.setAttribute("aria-hidden", "true"); // the box's name says it already
-        hint.textContent = "↔ wider than the screen: scroll sideways for the rest";
+        hint.textContent = WORDS.hint;
         box.before(hint);
       }
     } else {
