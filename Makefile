@@ -22,7 +22,7 @@ NB ?=
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 unexport MPLBACKEND
 
-.PHONY: help venv setup book translations test portability package workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
+.PHONY: help venv setup book translations test checks durations portability package workbook lint unit notebooks check-notebooks nbval site-build browser bench lab clean
 
 help:
 	@echo "make book        build the site into _build/html (sets up .venv first)"
@@ -111,47 +111,59 @@ translations: venv
 lint: venv
 	$(BIN)/ruff check mha tests tools book/notebooks book/_ext
 
-# Two workers (this machine has two cores). nbval needs each notebook whole on one
-# worker (loadfile); the unit tests balance better when an idle worker steals work
-# (a module fixture may then be built once per worker).
-XDIST := -n 2 --dist loadfile
+# One pytest worker per core (this machine has two). tests/scheduling.py hands each
+# worker the costliest work unit that can start: a notebook's cells stay together (one
+# kernel), and so do a page's browser tests (one visit) and a module's tests.
+WORKERS ?= 2
+XDIST := -n $(WORKERS) --book-schedule
+# What each pytest command prints besides: its slowest tests.
+DURATIONS := --durations=15 --durations-min=1
 
 # `make portability` runs the same stage on simulated CPUs without the tooling tests
 # (UNIT_IGNORE) and without coverage (COV).
-UNIT_IGNORE ?= tests/test_site.py
+UNIT_IGNORE ?= tests/test_site.py tests/test_site_build.py
 COV ?= --cov=mha --cov-report=term --cov-fail-under=95
 unit: venv
 	$(PY) -m pytest tests $(addprefix --ignore=,$(UNIT_IGNORE)) -m "not browser" \
-		-n 2 --dist worksteal -p no:nbval -p no:playwright -p no:base_url -p no:anyio $(COV)
+		$(XDIST) $(DURATIONS) -p no:nbval -p no:playwright -p no:base_url -p no:anyio $(COV)
 
 check-notebooks: venv
 	$(PY) -m tools.nbtools check
 
 # Plugins a stage has no use for are not loaded: each costs up to a second of start-up
-# in every process (the controller and each worker). Alone, nbval takes two workers;
-# `make test` runs it in one process beside the unit tests, which keep both cores busy.
+# in every process (the controller and each worker).
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 NBVAL_XDIST ?= $(XDIST)
 nbval: venv
-	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	$(PY) -m pytest $(NBVAL) $(DURATIONS) \
 		-p no:hypothesispytest -p no:pytest_cov -p no:playwright -p no:base_url -p no:anyio \
 		$(NBVAL_XDIST) book/notebooks
 
 # Every browser test is in tests/test_site.py (collecting the others would import them).
 browser: venv
-	$(PY) -m pytest tests/test_site.py -m browser \
+	$(PY) -m pytest tests/test_site.py -m browser $(DURATIONS) \
 		-p no:nbval -p no:hypothesispytest -p no:pytest_cov -p no:xdist -p no:anyio
 
-# Three stages side by side, so that both cores stay busy to the end: the site build
-# and the browser tests (which wait on the browser more than they compute), nbval
-# (one notebook at a time), and the unit tests on two workers. Each stage's time is
-# printed at the end.
+# Lint, then every other check in one pytest session with one worker per core: the unit
+# tests, nbval over every notebook, each chapter's workbook run, the site build (first,
+# and no page is opened before it ends) and the browser tests (tests/scheduling.py).
+# It prints the slowest tests, and the tests, wall and CPU time of each kind of check;
+# tools/stages.py prints each stage's wall and CPU time.
 test: setup
 	$(PY) -m tools.stages \
 		"lint=$(MAKE) --no-print-directory lint" \
-		"site+browser=$(MAKE) --no-print-directory site-build browser &" \
-		"nbval=$(MAKE) --no-print-directory nbval NBVAL_XDIST='-p no:xdist' &" \
-		"unit=$(MAKE) --no-print-directory unit"
+		"checks=$(MAKE) --no-print-directory checks"
 	@echo "make test: every check passed"
+
+CHECK_IGNORE ?=
+checks: setup
+	$(PY) -m pytest tests book/notebooks $(addprefix --ignore=,$(CHECK_IGNORE)) $(NBVAL) \
+		$(XDIST) $(DURATIONS) -p no:anyio $(COV)
+
+# tests/durations.json: what each work unit took in the last `make test` (the scheduler
+# starts the costliest first). Run after `make test` when the book has changed a lot.
+durations:
+	cp _build/durations.json tests/durations.json
 
 # Neither the unit tests nor the stored outputs may depend on the CPU: both again, as
 # if on two other CPUs.

@@ -1,8 +1,46 @@
-"""Fixtures shared by several test modules."""
+"""Fixtures shared by several test modules, and how `make test` schedules and times
+its tests (tests/scheduling.py)."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import pytest
+import scheduling
+import site_check
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--book-schedule", action="store_true",
+                     help="with -n: costliest work first, the site's pages after its build "
+                          "(tests/scheduling.py)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("book_schedule"):
+        return scheduling.make_scheduler(config, log)
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A plugin, not this conftest's hooks: those would reach only the tests under tests/,
+    # and the notebooks' cells are timed too.
+    config.pluginmanager.register(scheduling, "book-scheduling")
+    # One name per pytest session, the same in every worker (xdist's run id).
+    workerinput = getattr(config, "workerinput", None)
+    config.stash[_SESSION] = workerinput["testrunuid"] if workerinput else (
+        getattr(config.option, "testrunuid", None) or uuid.uuid4().hex)
+
+
+_SESSION = pytest.StashKey[str]()
+
+
+@pytest.fixture(scope="session")
+def build_state(pytestconfig) -> Path:
+    """Where this session's site build (tests/test_site_build.py) says how it went."""
+    return site_check.BUILD_STATES / f"{pytestconfig.stash[_SESSION]}.state"
 
 
 @pytest.fixture(scope="module")

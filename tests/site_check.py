@@ -1,9 +1,13 @@
 """Open pages of the built site in headless Chromium and list what a reader would hit.
 
-Used by ``tests/test_site.py``. A page passes when it makes no request outside the
-local server, no request fails, the console stays free of errors, every image has
-loaded and has alt text, MathJax has typeset every formula (no raw ``\\(`` left), no
-link's text is raw LaTeX and no parentheses are doubled.
+Used by ``tests/test_site.py``. Each page is visited once (:func:`inspect_page`): a
+first visit with an empty cache, at a desktop's width and then resized to a phone's,
+and everything is measured on that visit: the bytes it fetched, its Chinese glyphs, its
+layout at both widths and what axe-core finds. A page passes when it makes no request
+outside the local server, no request fails, the console stays free of errors, every
+image has loaded and has alt text, MathJax has typeset every formula (no raw ``\\(``
+left), no link's text is raw LaTeX, no parentheses are doubled, nothing scrolls
+sideways and axe finds nothing (see :func:`examine`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,18 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+# Written by tests/test_site_build.py for the browser tests of its own pytest session
+# (one file per session): "building <pid>", then "built" or "failed".
+BUILD_STATES = ROOT / "_build" / "site-build-states"
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -74,22 +86,57 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - signature fixed by the base class
         pass
 
+    def do_GET(self):  # noqa: N802 - name fixed by the base class
+        # Counted from the request's arrival to its last byte sent (a kept-alive
+        # connection that waits for the next request is not a request in flight).
+        with self.server.lock:
+            self.server.in_flight += 1
+        try:
+            super().do_GET()
+        finally:
+            with self.server.lock:
+                self.server.in_flight -= 1
+
     def send_head(self):
         path = Path(self.translate_path(self.path))
-        if (path.suffix not in COMPRESSED_TYPES or not path.is_file()
+        if not path.is_file():
+            return super().send_head()  # a folder's index, or a 404
+        size = path.stat().st_size
+        if (path.suffix not in COMPRESSED_TYPES
                 or "gzip" not in self.headers.get("Accept-Encoding", "")):
+            self.server.record(self.path, size, size)
             return super().send_head()
-        body = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+        body = self.server.compressed(path)
         self.send_response(200)
         self.send_header("Content-Type", self.guess_type(str(path)))
         self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Decoded-Length", str(path.stat().st_size))
         self.end_headers()
+        self.server.record(self.path, len(body), size)
         return io.BytesIO(body)
 
 
 class _Server(http.server.ThreadingHTTPServer):
+    """Serves a folder, compresses each text file once (the site does not change while
+    it is served), and records the bytes of every file it sends."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.sent: list[tuple[str, int, int]] = []  # (path, transferred, decoded)
+        self._gzip: dict[tuple[Path, int], bytes] = {}
+
+    def compressed(self, path: Path) -> bytes:
+        key = (path, path.stat().st_mtime_ns)
+        if key not in self._gzip:
+            self._gzip[key] = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+        return self._gzip[key]
+
+    def record(self, path: str, transferred: int, decoded: int) -> None:
+        with self.lock:
+            self.sent.append((path, transferred, decoded))
+
     def handle_error(self, request, client_address):
         # The browser closed the connection (the page moved on, or the test ended).
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -97,15 +144,36 @@ class _Server(http.server.ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class Served(str):
+    """The origin of a served folder (``http://127.0.0.1:PORT``), and its server's
+    record of what it sent."""
+
+    server: _Server
+
+    def take_sent(self) -> list[tuple[str, int, int]]:
+        """What the server sent since the last call: (path, transferred, decoded)."""
+        with self.server.lock:
+            sent, self.server.sent = self.server.sent, []
+        return sent
+
+    def wait_until_idle(self, timeout: float = 30.0) -> None:
+        """Until no request is being answered (every file the page asked for is sent)."""
+        end = time.monotonic() + timeout
+        while self.server.in_flight and time.monotonic() < end:
+            time.sleep(0.01)
+
+
 @contextmanager
-def serve(directory: Path) -> Iterator[str]:
+def serve(directory: Path) -> Iterator[Served]:
     """Serve ``directory`` on 127.0.0.1 (a free port) for the duration of the block."""
     handler = functools.partial(_QuietHandler, directory=str(directory))
     server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    origin = Served(f"http://127.0.0.1:{server.server_address[1]}")
+    origin.server = server
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield origin
     finally:
         server.shutdown()
         server.server_close()
@@ -141,33 +209,34 @@ async () => {
       'i[class*="fa-"], svg.svg-inline--fa:has(.missing)'))
     .map(el => el.getAttribute('class'));
   return {images, mathCount: math.length, untypeset, raw, latexLinks, doubled, icons,
-          mathjax: !!(window.MathJax && MathJax.startup)};
+          mathjax: !!(window.MathJax && MathJax.startup),
+          typeset: document.querySelectorAll('mjx-container').length};
 }
 """
 
 
-def check_page(
-    context, url: str, local_origin: str, phone: tuple[int, int] | None = None
-) -> list[str]:
-    """Every problem found on the page at ``url``, one readable line each.
+# After the load event: MathJax has typeset the page (its startup promise) and every
+# font the laid-out page uses has arrived (the fonts' own ready signal), so nothing more
+# is fetched until the reader does something.
+READY_JS = """
+async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  document.body.getBoundingClientRect();  // lay out what MathJax wrote: its fonts load
+  await document.fonts.ready;
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+}
+"""
 
-    The context's window (about 1280 px wide) is the desktop: every code block or
-    output that scrolls sideways there is a problem, and so is every figure scaled
-    down so far that its smallest text falls below ``MIN_TEXT_PX`` (the figures draw
-    text as paths, so the size is judged from the smallest font ``mha.draw`` uses and
-    the figure's display scale).
 
-    With ``phone`` (width, height), the same page is then resized to that window and
-    laid out again: a display equation wider than its column, or a figure scaled
-    down with no link to its full size, is a problem there. Resizing the loaded page
-    gives the layout a fresh load at that width gives (CSS and MathJax's CHTML do
-    not depend on the width the page was loaded at), for half the work."""
+def _watch(page, local_origin: str) -> list[str]:
+    """Start listing what goes wrong while ``page`` loads: the list fills as it does."""
     found: list[str] = []
-    page = context.new_page()
 
     # Watched, not intercepted: intercepting every request (page.route) would switch
-    # off the browser's cache, and each page would fetch and compile MathJax anew.
-    # CHROMIUM_ARGS make every other host unresolvable, so nothing leaves the machine.
+    # off the browser's cache. CHROMIUM_ARGS make every other host unresolvable, so
+    # nothing leaves the machine.
     def on_request(request):
         parsed = urlparse(request.url)
         if parsed.scheme in ("data", "blob", "about"):
@@ -186,21 +255,98 @@ def check_page(
         if local_origin in req.url and req.failure != "net::ERR_ABORTED" else None)
     page.on("response", lambda resp: found.append(f"HTTP {resp.status}: {resp.url}")
             if resp.status >= 400 else None)
+    return found
+
+
+def _load(page, url: str) -> None:
+    page.goto(url, wait_until="load", timeout=60_000)
+    page.evaluate(READY_JS)
+
+
+def check_page(
+    context, url: str, local_origin: str, phone: tuple[int, int] | None = None
+) -> list[str]:
+    """Every problem found on the page at ``url``, one readable line each (a new tab of
+    ``context``; :func:`inspect_page` does the same on a first visit, and more)."""
+    page = context.new_page()
+    found = _watch(page, local_origin)
     try:
-        page.goto(url, wait_until="load", timeout=60_000)
-        page.wait_for_load_state("networkidle", timeout=60_000)
-        report = page.evaluate(PAGE_REPORT_JS)
-        page.evaluate(OPEN_ALL_JS)
-        layout = page.evaluate(LAYOUT_JS)
-        found += accessibility_problems(page)
-        small = None
-        if phone is not None:
-            page.set_viewport_size({"width": phone[0], "height": phone[1]})
-            page.evaluate(SETTLE_JS)
-            small = page.evaluate(LAYOUT_JS)
-            found += accessibility_problems(page, phone=True)
+        _load(page, url)
+        return found + examine(page, phone)
     finally:
         page.close()
+
+
+@dataclass
+class PageReport:
+    """What one visit to a page found (see :func:`inspect_page`)."""
+
+    problems: list[str]
+    sent: list[tuple[str, int, int]]  # every file the first visit fetched: (path,
+    # bytes transferred, bytes decoded)
+    glyphs: dict | None  # MISSING_GLYPHS_JS's report, for a page with Chinese text
+    facts: dict  # see examine()
+
+
+def inspect_page(browser, origin: Served, path: str, desktop: tuple[int, int],
+                 phone: tuple[int, int], cjk: bool) -> PageReport:
+    """One first visit to ``origin/path`` (a new browser context: an empty cache), and
+    everything measured on it: the bytes it fetched, its Chinese glyphs (``cjk``), and
+    :func:`examine`'s problems at the ``desktop`` window, then at ``phone``."""
+    context = browser.new_context(viewport={"width": desktop[0], "height": desktop[1]})
+    try:
+        page = context.new_page()
+        origin.take_sent()  # what earlier pages fetched is theirs
+        found = _watch(page, origin)
+        _load(page, f"{origin}/{path}")
+        origin.wait_until_idle()
+        sent = origin.take_sent()
+        glyphs = page.evaluate(MISSING_GLYPHS_JS) if cjk else None
+        facts: dict = {}
+        found += examine(page, phone, facts)
+    finally:
+        context.close()
+    return PageReport(found, sent, glyphs, facts)
+
+
+def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = None) -> list[str]:
+    """Every problem on a loaded ``page``, one readable line each; ``facts`` (a dict)
+    gets what the tests read besides: ``typeset``, the formulas MathJax typeset, and
+    with ``phone``, ``words``: what the site's own scripts wrote at that width
+    (``SCRIPT_WORDS_JS``).
+
+    A page passes when it makes no request outside the local server, no request fails,
+    the console stays free of errors (both watched by :func:`_watch`), every image has
+    loaded and has alt text, MathJax has typeset every formula (no raw ``\\(`` left), no
+    link's text is raw LaTeX, no parentheses are doubled and axe finds nothing (see
+    :func:`accessibility_problems`).
+
+    The page's window (about 1280 px wide) is the desktop: every code block or output
+    that scrolls sideways there is a problem, and so is every figure scaled down so far
+    that its smallest text falls below ``MIN_TEXT_PX`` (the figures draw text as paths,
+    so the size is judged from the smallest font ``mha.draw`` uses and the figure's
+    display scale).
+
+    With ``phone`` (width, height), the same page is then resized to that window and
+    laid out again: a display equation wider than its column, or a figure scaled down
+    with no link to its full size, is a problem there. Resizing the loaded page gives
+    the layout a fresh load at that width gives (CSS and MathJax's CHTML do not depend
+    on the width the page was loaded at), for half the work."""
+    found: list[str] = []
+    report = page.evaluate(PAGE_REPORT_JS)
+    if facts is not None:
+        facts["typeset"] = report["typeset"]
+    page.evaluate(OPEN_ALL_JS)
+    layout = page.evaluate(LAYOUT_JS)
+    found += accessibility_problems(page)
+    small = None
+    if phone is not None:
+        page.set_viewport_size({"width": phone[0], "height": phone[1]})
+        page.evaluate(SETTLE_JS)
+        small = page.evaluate(LAYOUT_JS)
+        if facts is not None:
+            facts["words"] = page.evaluate(SCRIPT_WORDS_JS)
+        found += accessibility_problems(page, phone=True)
     for shown in (layout, small):
         if shown is not None and shown["page"]:
             wide = shown["page"]
@@ -248,6 +394,44 @@ async (options) => (await axe.run(document, options)).violations.flatMap(
                           help: v.help})))
 """
 
+# Code blocks are most of a chapter's elements (one <span> per token: 8,000 on the
+# longest page) and most of axe's colour-contrast time, yet they hold a handful of
+# styles. A token's contrast depends only on its colour, its font's size and weight, its
+# shadow, and what is painted behind it: its own and its ancestors' backgrounds, opacity
+# and filters (nothing is laid over a code block). So, before each contrast run, every
+# token whose style, and whose every ancestor's painting, another token already has is
+# marked `data-axe-same`, and the colour-contrast rule skips marked elements: one token
+# of each style is checked, in the page's current mode and width. Returns how many
+# tokens were marked.
+MARK_SAME_CODE_JS = """
+() => {
+  document.querySelectorAll('[data-axe-same]').forEach(el => el.removeAttribute('data-axe-same'));
+  const painted = el => {
+    const s = getComputedStyle(el);
+    return [s.backgroundColor, s.backgroundImage, s.opacity, s.filter, s.mixBlendMode].join(' ');
+  };
+  const seen = new Set();
+  let marked = 0;
+  for (const pre of document.querySelectorAll('div.highlight pre')) {
+    let behind = '';
+    for (let a = pre; a; a = a.parentElement) behind += painted(a) + ';';
+    for (const el of pre.querySelectorAll('span')) {
+      if (el.firstElementChild || !el.textContent.trim()) continue;
+      const s = getComputedStyle(el);
+      let key = [s.color, s.fontSize, s.fontWeight, s.textShadow, behind].join('|');
+      for (let a = el; a !== pre; a = a.parentElement) key += '|' + painted(a);
+      if (seen.has(key)) { el.setAttribute('data-axe-same', ''); marked++; } else seen.add(key);
+    }
+  }
+  return marked;
+}
+"""
+
+# axe's colour-contrast rule looks at every element (selector '*'): skip the marked ones.
+AXE_CONFIGURE_JS = """
+() => axe.configure({rules: [{id: 'color-contrast', selector: '*:not([data-axe-same])'}]})
+"""
+
 
 # Every finite CSS transition or animation running on the page, to its end.
 FINISH_TRANSITIONS_JS = """
@@ -271,19 +455,22 @@ def accessibility_problems(page, phone: bool = False) -> list[str]:
     All of axe's default rules (WCAG 2.x A and AA, best practices) in light mode, then
     colour contrast again in dark mode; with ``phone`` (the page already at a phone's
     width and axe loaded), ``PHONE_RULES`` in light mode and colour contrast in dark
-    mode. A finding listed in ``AXE_KNOWN`` is not a problem."""
+    mode. Code tokens are checked for contrast one per style (``MARK_SAME_CODE_JS``).
+    A finding listed in ``AXE_KNOWN`` is not a problem."""
     runs = (("light", {}), ("dark", {"runOnly": ["color-contrast"]}))
     if phone:
         runs = (("light, phone", {"runOnly": PHONE_RULES}),
                 ("dark, phone", {"runOnly": ["color-contrast"]}))
     else:
         page.add_script_tag(path=str(AXE))
+        page.evaluate(AXE_CONFIGURE_JS)
     found = []
     for mode, options in runs:
         page.evaluate(f"document.documentElement.dataset.theme = '{mode.split(',')[0]}'")
         # Colours measured half-way through a fade (a cell just opened, the theme
         # just switched) are neither the old nor the new ones: wait for the end.
         page.evaluate(FINISH_TRANSITIONS_JS)
+        page.evaluate(MARK_SAME_CODE_JS)
         for v in page.evaluate(AXE_RUN_JS, options):
             if (v["rule"], v["target"]) not in AXE_KNOWN:
                 found.append(f"axe {v['impact']} {v['rule']} ({mode}): {v['target']}: "
@@ -292,25 +479,30 @@ def accessibility_problems(page, phone: bool = False) -> list[str]:
     return found
 
 
-def first_load_bytes(browser, url: str) -> dict[str, tuple[int, int]]:
-    """Bytes of every response a page needs on its first visit (a new context: empty
-    cache), by URL: (transferred, decompressed). The local server compresses text as a
-    static host does (see ``COMPRESSED_TYPES``)."""
-    context = browser.new_context()
-    responses = []
-    try:
-        page = context.new_page()
-        page.on("response", lambda response: responses.append(response))
-        page.goto(url, wait_until="load", timeout=60_000)
-        page.wait_for_load_state("networkidle", timeout=60_000)
-        sizes = {}
-        for r in responses:
-            if r.status == 200:
-                sent = r.request.sizes()["responseBodySize"]
-                sizes[r.url] = (sent, int(r.headers.get("x-decoded-length", sent)))
-        return sizes
-    finally:
-        context.close()
+# The pages Sphinx writes besides the book's documents, in each edition.
+GENERATED_PAGES = ("genindex.html", "index.html", "search.html")
+
+
+def expected_pages(root: Path = ROOT) -> list[str]:
+    """Every page the build will write, as paths under the site's root, known from the
+    sources before anything is built: each document of ``_toc.yml`` and Sphinx's own
+    pages, in the English edition and in each edition of ``tools/editions.py``."""
+    import yaml
+
+    from tools.editions import LANGUAGES
+
+    def documents(entry) -> list[str]:
+        found = [entry["file"]] if isinstance(entry, dict) and "file" in entry else []
+        if isinstance(entry, dict):
+            for key in ("parts", "chapters", "sections"):
+                for child in entry.get(key, []):
+                    found += documents(child)
+        return found
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    pages = [f"{doc}.html" for doc in [toc["root"], *documents(toc)]] + list(GENERATED_PAGES)
+    return sorted(f"{prefix}{page}" for prefix in ["", *(f"{lang}/" for lang in LANGUAGES)]
+                  for page in pages)
 
 
 def site_pages(html_root: Path) -> list[Path]:
@@ -322,6 +514,26 @@ def site_pages(html_root: Path) -> list[Path]:
             continue
         pages.append(path)
     return pages
+
+
+def wait_for_the_build(state_file: Path, timeout: float = 900.0) -> str:
+    """``"built"`` once the site is there: at once when this session builds no site
+    (no ``state_file``), or when its build ends (``"failed"`` if it failed)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            state = state_file.read_text().split()
+        except OSError:
+            return "built"  # no build in this session: the site as it is
+        if not state or state[0] != "building":
+            return state[0] if state else "built"
+        try:
+            os.kill(int(state[1]), 0)  # the building process is still alive
+        except (OSError, IndexError, ValueError):
+            return "failed"  # it died without saying
+        if time.monotonic() > end:
+            return "failed"
+        time.sleep(0.5)
 
 
 def in_ci() -> bool:
@@ -339,6 +551,14 @@ OPEN_ALL_JS = """
     .forEach(el => { el.style.display = 'block'; });
 }
 """
+
+# The words book/_static/table-scroll.js and figure-zoom.js add to a page: the phone's
+# hint above a box that scrolls, that box's name, and the full-size link's title.
+SCRIPT_WORDS_JS = """() => ({
+  hint: Array.from(document.querySelectorAll('.scroll-hint'), el => el.textContent),
+  region: Array.from(document.querySelectorAll('[role="region"][aria-label]'),
+                     el => el.getAttribute('aria-label')),
+  zoom: Array.from(document.querySelectorAll('a.figure-zoom'), el => el.title)})"""
 
 # After a resize: two animation frames, so that scripts reacting to it have run.
 SETTLE_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
@@ -455,8 +675,3 @@ async () => {
                                       [...seen.values()].map(v => v[0]).join(""))};
 }
 """
-
-
-def missing_cjk_glyphs(page, url: str) -> dict:
-    page.goto(url, wait_until="networkidle", timeout=60_000)
-    return page.evaluate(MISSING_GLYPHS_JS)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import site_check
 
-ROOT = Path(__file__).resolve().parent.parent
-HTML = ROOT / "_build" / "html"
+ROOT, HTML = site_check.ROOT, site_check.HTML
 
 pytestmark = pytest.mark.browser
 
-DESKTOP, PHONE, PHONE_HEIGHT = 1280, 390, 844  # windows in CSS pixels
+DESKTOP, DESKTOP_HEIGHT, PHONE, PHONE_HEIGHT = 1280, 900, 390, 844  # CSS pixels
 
 
 def _missing(reason: str):
@@ -39,21 +37,30 @@ def browser_type_launch_args(browser_type_launch_args):
 
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args):
-    return {**browser_context_args, "viewport": {"width": DESKTOP, "height": 900}}
+    return {**browser_context_args, "viewport": {"width": DESKTOP, "height": DESKTOP_HEIGHT}}
 
 
 @pytest.fixture(scope="session")
-def served_site():
+def served_site(build_state):
+    if site_check.wait_for_the_build(build_state) == "failed":
+        pytest.fail("the site build failed: see tests/test_site_build.py's report")
     if not (HTML / "index.html").exists():
         _missing("no built site at _build/html: run `make book` first")
     with site_check.serve(HTML) as origin:
         yield origin
 
 
-PAGES = [p.relative_to(HTML).as_posix() for p in site_check.site_pages(HTML)] or ["index.html"]
+# Known from the sources, so that the tests can be collected before the site is built
+# (test_every_page_the_build_wrote_is_checked holds it to the built site).
+PAGES = site_check.expected_pages()
+ZH = "zh_CN"
+ZH_PAGES = [p for p in PAGES if p.startswith(f"{ZH}/")]
+# The pages of either edition that show Chinese text: every page of the Chinese
+# edition, and the English pages that pair a term with its Chinese name.
+CJK_PAGES = ZH_PAGES + ["book/intro.html", "book/notebooks/01_notation.html"]
 
 
-# One context for the whole run: the pages share the browser's cache, as a reader's do.
+# One context for the checker's own tests below (their pages share the browser's cache).
 @pytest.fixture(scope="session")
 def desktop(browser, browser_context_args):
     ctx = browser.new_context(**browser_context_args)
@@ -61,10 +68,31 @@ def desktop(browser, browser_context_args):
     ctx.close()
 
 
+# Each page is visited once per test process, and every test of that page reads what
+# that visit found (the bytes, the layout at both widths, axe, the glyphs).
+_VISITS: dict[str, site_check.PageReport] = {}
+
+
+@pytest.fixture
+def visit(browser, served_site):
+    def visit(page: str) -> site_check.PageReport:
+        if page not in _VISITS:
+            _VISITS[page] = site_check.inspect_page(
+                browser, served_site, page, (DESKTOP, DESKTOP_HEIGHT),
+                (PHONE, PHONE_HEIGHT), cjk=page in CJK_PAGES)
+        return _VISITS[page]
+    return visit
+
+
 @pytest.mark.parametrize("page", PAGES)
-def test_first_load_is_within_the_budget(browser, served_site, page):
+def test_first_load_is_within_the_budget(visit, page):
     """An empty cache, as a reader's first visit: the page and all it loads."""
-    sizes = site_check.first_load_bytes(browser, f"{served_site}/{page}")
+    sizes: dict[str, list[int]] = {}
+    for path, transferred, decoded in visit(page).sent:
+        total = sizes.setdefault(path, [0, 0])
+        total[0] += transferred
+        total[1] += decoded
+    assert sizes, f"{page}: nothing was fetched"
     for which, budget in ((0, site_check.PAGE_BUDGET_BYTES),
                           (1, site_check.PAGE_BUDGET_UNCOMPRESSED_BYTES)):
         total = sum(size[which] for size in sizes.values())
@@ -78,12 +106,11 @@ def test_first_load_is_within_the_budget(browser, served_site, page):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_is_clean_at_desktop_and_phone_width(desktop, served_site, page):
+def test_page_is_clean_at_desktop_and_phone_width(visit, page):
     """At 1280 px nothing scrolls sideways and figure text stays readable; at 390 px
     the page is no wider than the window, every equation fits the column and every
     shrunk figure opens at full size."""
-    problems = site_check.check_page(desktop, f"{served_site}/{page}", served_site,
-                                     phone=(PHONE, PHONE_HEIGHT))
+    problems = visit(page).problems
     assert not problems, f"{page}:\n  " + "\n  ".join(problems)
 
 
@@ -150,6 +177,12 @@ LAYOUT_PAGE = (
 )
 
 
+def test_every_page_the_build_wrote_is_checked(served_site):
+    """The pages checked above, listed from the sources, are the pages of the site."""
+    built = [p.relative_to(HTML).as_posix() for p in site_check.site_pages(HTML)]
+    assert built == PAGES
+
+
 def test_every_chapter_page_was_built(served_site):
     toc = (ROOT / "_toc.yml").read_text()
     names = [line.split("book/notebooks/")[1].strip() for line in toc.splitlines()
@@ -169,11 +202,9 @@ def test_front_door_leads_to_the_first_page_and_names_the_tab_icon(served_site):
     assert (HTML / icon).exists() and "<title>Multi-head attention" in front
 
 
-def test_math_is_rendered_somewhere(page, served_site):
+def test_math_is_rendered_somewhere(visit):
     """The notation chapter has display math: it must come out typeset, not raw."""
-    page.goto(f"{served_site}/book/notebooks/01_notation.html", wait_until="networkidle")
-    page.evaluate("async () => { await MathJax.startup.promise; }")
-    assert page.locator("mjx-container").count() >= 3
+    assert visit("book/notebooks/01_notation.html").facts["typeset"] >= 3
 
 
 def test_references_page_lists_every_cited_work(served_site):
@@ -246,23 +277,13 @@ def test_checker_passes_a_clean_page(desktop, tmp_path):
 
 # --- the Chinese edition (issue 26) --------------------------------------------------
 
-ZH = "zh_CN"
-ZH_PAGES = [p for p in PAGES if p.startswith(f"{ZH}/")]
-# The pages of either edition that show Chinese text: every page of the Chinese
-# edition, and the English pages that pair a term with its Chinese name.
-CJK_PAGES = ZH_PAGES + ["book/intro.html", "book/notebooks/01_notation.html"]
-
 
 @pytest.mark.parametrize("page_path", CJK_PAGES)
-def test_every_chinese_glyph_comes_from_the_site_font(desktop, served_site, page_path):
+def test_every_chinese_glyph_comes_from_the_site_font(visit, page_path):
     """This Chromium has no CJK font of its own: each Chinese character on the page is
     covered by a loaded slice of the site's Noto Sans SC, at its weight, and is drawn
     with it (not as a box from a font listed before it)."""
-    page = desktop.new_page()
-    try:
-        found = site_check.missing_cjk_glyphs(page, f"{served_site}/{page_path}")
-    finally:
-        page.close()
+    found = visit(page_path).glyphs
     assert found["count"] > 0, f"{page_path}: no Chinese text found"
     assert not found["missing"] and not found["otherFont"] and found["check"], (
         f"{page_path}: {found}")
@@ -290,28 +311,18 @@ def test_chinese_search_finds_attention(page, served_site):
     """Sphinx's Chinese search splits words with jieba: 注意力 is a term of its own."""
     if not ZH_PAGES:
         pytest.skip("no Chinese edition built")
-    page.goto(f"{served_site}/{ZH}/search.html?q=注意力", wait_until="networkidle")
+    page.goto(f"{served_site}/{ZH}/search.html?q=注意力", wait_until="load")
     page.wait_for_selector("#search-results li", timeout=30_000)
     assert page.locator("#search-results li").count() >= 2
 
 
 @pytest.mark.parametrize("page_path", ["book/notebooks/09_positions_and_tiles.html",
                                        f"{ZH}/book/notebooks/09_positions_and_tiles.html"])
-def test_the_sites_own_scripts_write_in_the_pages_language(browser, served_site, page_path):
+def test_the_sites_own_scripts_write_in_the_pages_language(visit, page_path):
     """The words table-scroll.js and figure-zoom.js add (the phone's scroll hint, the
     name of a box that scrolls, the full-size link's title) are Chinese in the Chinese
     edition and English in the English one."""
-    context = browser.new_context(viewport={"width": PHONE, "height": PHONE_HEIGHT})
-    try:
-        page = context.new_page()
-        page.goto(f"{served_site}/{page_path}", wait_until="networkidle")
-        words = page.evaluate("""() => ({
-          hint: Array.from(document.querySelectorAll('.scroll-hint'), el => el.textContent),
-          region: Array.from(document.querySelectorAll('[role="region"][aria-label]'),
-                             el => el.getAttribute('aria-label')),
-          zoom: Array.from(document.querySelectorAll('a.figure-zoom'), el => el.title)})""")
-    finally:
-        context.close()
+    words = visit(page_path).facts["words"]
     assert all(words.values()), f"{page_path}: some kind of word is missing: {words}"
     chinese = [bool(re.search(r"[\u4e00-\u9fff]", w)) for kind in words.values() for w in kind]
     if page_path.startswith(f"{ZH}/"):

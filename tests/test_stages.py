@@ -32,6 +32,23 @@ def test_a_background_stage_is_timed_to_its_own_end():
     assert seconds(result.stdout, "total") >= 1.5
 
 
+def cpu(out: str, name: str) -> float:
+    return float(re.search(rf"^  {re.escape(name)} +[0-9.]+ s  CPU +([0-9.]+) s", out, re.M)
+                 .group(1))
+
+
+def test_a_stage_is_charged_the_cpu_time_of_what_it_started():
+    """CPU time counts the stage's children (here a Python busy loop two processes
+    down), in the foreground and in the background, and not time spent asleep."""
+    burn = f"{sys.executable} -c 'import time; t = time.process_time()\nwhile " \
+        "time.process_time() - t < 0.6: pass'"
+    result = run(f"busy={burn} &", "asleep=sleep 0.7", f"busy2=bash -c \"{burn}\"")
+    assert result.returncode == 0, result.stderr
+    assert cpu(result.stdout, "busy") >= 0.5 and cpu(result.stdout, "busy2") >= 0.5
+    assert cpu(result.stdout, "asleep") < 0.2
+    assert cpu(result.stdout, "total") >= 1.0
+
+
 def test_a_failing_stage_stops_the_run_and_is_named():
     result = run("first=true", "second=exit 3", "third=echo never")
     assert result.returncode == 3
@@ -77,8 +94,9 @@ def test_simulated_cpus_leave_out_only_existing_tooling_tests():
     `--ignore` skip nothing."""
     missing = [name for name in simulated_cpu.TOOLING_TESTS if not (ROOT / name).is_file()]
     assert not missing
-    unit = next(c for c in simulated_cpu.stage_commands() if c.startswith("unit="))
-    assert all(name in unit for name in simulated_cpu.TOOLING_TESTS)
+    (checks,) = simulated_cpu.stage_commands()
+    assert checks.startswith("checks=") and "COV='-p no:pytest_cov'" in checks
+    assert all(name in checks for name in simulated_cpu.TOOLING_TESTS)
 
 
 def test_mkl_is_expected_to_keep_its_own_branch_only_off_intel():

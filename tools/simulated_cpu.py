@@ -23,9 +23,9 @@ library is asked in a fresh interpreter (with the same environment the tests and
 the kernels get) which code it really uses; a profile that did not take effect is
 an error.
 
-Under each profile, the unit tests (``make unit`` without coverage and without the
-tooling tests in ``TOOLING_TESTS``, which check files and commands, not numbers) run
-beside nbval over every notebook, as in ``make test``.
+Under each profile, the unit tests (without coverage and without the tooling tests in
+``TOOLING_TESTS``, which check files and commands, not numbers) and nbval over every
+notebook run in one session, as in ``make test`` (``make checks``).
 
 Usage: ``python -m tools.simulated_cpu [PROFILE ...]``; all profiles by default, which is
 ``make portability``.
@@ -49,6 +49,7 @@ TOOLING_TESTS = [
     "tests/test_prose.py",
     "tests/test_references.py",
     "tests/test_site.py",
+    "tests/test_site_build.py",
     "tests/test_stages.py",
     "tests/test_workbook.py",
 ]
@@ -175,12 +176,11 @@ def check_profile(name: str, env: dict[str, str]) -> list[str]:
 
 
 def stage_commands() -> list[str]:
-    """``make test``'s unit and nbval stages, side by side (see tools/stages.py)."""
+    """``make test``'s session of checks, without the tooling tests and coverage: the
+    unit tests and nbval over every notebook (see tests/scheduling.py)."""
     make = "make --no-print-directory"
-    return [
-        f"unit={make} unit UNIT_IGNORE='{' '.join(TOOLING_TESTS)}' COV='-p no:pytest_cov' &",
-        f"nbval={make} nbval NBVAL_XDIST='-p no:xdist'",
-    ]
+    return [f"checks={make} checks CHECK_IGNORE='{' '.join(TOOLING_TESTS)}' "
+            "COV='-p no:pytest_cov'"]
 
 
 def run(names: list[str]) -> int:
