@@ -259,7 +259,19 @@ def _watch(page, local_origin: str) -> list[str]:
 
 
 def _load(page, url: str) -> None:
+    """Open ``url`` and wait until it is ready (READY_JS); a page that sends the reader
+    on at once (the front door) is followed to where it leads."""
+    from playwright.sync_api import Error
+
     page.goto(url, wait_until="load", timeout=60_000)
+    for _ in range(3):
+        try:
+            page.evaluate(READY_JS)
+            return
+        except Error as error:  # the page moved on while it was being asked
+            if "context was destroyed" not in str(error) and "null" not in str(error):
+                raise
+            page.wait_for_load_state("load", timeout=60_000)
     page.evaluate(READY_JS)
 
 

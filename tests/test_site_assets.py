@@ -84,6 +84,10 @@ def test_font_slices_are_cut_to_the_characters_shown(tmp_path, font_source):
         covered |= cmap
     cjk = {c for c in shown if c > 0x2FFF}
     assert cjk <= covered
+    # Kept only where a browser would load it: its range holds a character shown.
+    ranges = {name: chars for sheet in out.glob("*.css")
+              for name, chars in editions.unicode_ranges(sheet.read_text()).items()}
+    assert all(ranges[path.name] & shown for path in files)
     # Every face left in the stylesheets names a slice that is there, and only those.
     for sheet in out.glob("*.css"):
         named = editions.FACE.findall(sheet.read_text(encoding="utf-8"))
@@ -91,6 +95,14 @@ def test_font_slices_are_cut_to_the_characters_shown(tmp_path, font_source):
     assert {p.name for p in files} == {
         name for sheet in out.glob("*.css")
         for name in editions.FACE.findall(sheet.read_text(encoding="utf-8"))}
+
+
+def test_a_faces_range_is_read_from_its_stylesheet():
+    sheet = ("/* a */\n@font-face {\n  src: url(./files/a-400.woff2) format('woff2');\n"
+             "  unicode-range: U+4e00-4e02,U+ff01;\n}\n\n/* b */\n@font-face {\n"
+             "  src: url(./files/b-400.woff2) format('woff2');\n  unicode-range: U+20;\n}\n")
+    assert editions.unicode_ranges(sheet) == {
+        "a-400.woff2": {0x4E00, 0x4E01, 0x4E02, 0xFF01}, "b-400.woff2": {0x20}}
 
 
 def test_cutting_again_starts_from_the_whole_font(tmp_path, font_source):

@@ -330,6 +330,19 @@ def site_characters(root: Path = HTML) -> set[int]:
 
 
 FACE = re.compile(r"/\* [^*]* \*/\s*@font-face \{[^}]*?url\(\./files/([^)]+)\)[^}]*\}\s*", re.S)
+RANGE = re.compile(r"url\(\./files/([^)]+)\).*?unicode-range:\s*([^;]+);", re.S)
+
+
+def unicode_ranges(sheet: str) -> dict[str, set[int]]:
+    """The characters each file of a font stylesheet is loaded for (its face's
+    ``unicode-range``): a browser never draws a character outside it with that file."""
+    found: dict[str, set[int]] = {}
+    for name, ranges in RANGE.findall(sheet):
+        chars = found.setdefault(name, set())
+        for part in ranges.split(","):
+            low, _, high = part.strip().removeprefix("U+").removeprefix("u+").partition("-")
+            chars.update(range(int(low, 16), int(high or low, 16) + 1))
+    return found
 
 
 def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
@@ -355,11 +368,16 @@ def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
     options.notdef_outline = True
     named = {name for sheet in folder.glob("*.css")
              for name in FACE.findall(sheet.read_text(encoding="utf-8"))}
+    ranges = {name: chars for sheet in folder.glob("*.css")
+              for name, chars in unicode_ranges(sheet.read_text(encoding="utf-8")).items()}
     for path in sorted(folder.glob("files/*.woff2")):
-        font = TTFont(path)
-        wanted = characters & set(font.getBestCmap())
-        # A file no stylesheet names (Fontsource's whole unsliced font) is never loaded.
-        if not wanted or path.name not in named:
+        # A file no stylesheet names (Fontsource's whole unsliced font) is never loaded,
+        # nor one whose range holds none of the characters (then it is not opened).
+        font = None
+        if path.name in named and characters & ranges.get(path.name, set()):
+            font = TTFont(path)
+        wanted = characters & set(font.getBestCmap()) if font is not None else set()
+        if not wanted:
             deleted.add(path.name)
             path.unlink()
             continue
