@@ -28,14 +28,12 @@ from mha.translator.lm_lengths import (
     RESULTS,
     SEEDS,
     SHORT,
-    LMConfig,
     apply_rule,
-    evaluate_positions,
     format_table,
-    run_one,
     summarise,
 )
 from mha.translator.lm_model import LM_POSITIONS, CausalLM
+from mha.translator.lm_training import LMConfig, evaluate_positions, run_one
 from mha.translator.vocab import BOS, EOS
 
 BOOK_WIDTH = 76  # characters of the site's code box

@@ -9,14 +9,14 @@ text the translator's grammar writes.
 
 Data (:mod:`mha.translator.lm_data`): a document is ``<s>`` followed by sentence pairs
 ``english <sep> spanish </s>`` back to back. Training and in-length validation
-documents hold ``L + 1`` tokens (:data:`TRAIN_LEN` inputs); the test documents
-``4 L + 1``, made of sentences that never occur in training. Model
+documents hold ``L + 1`` tokens (:data:`~mha.translator.lm_training.TRAIN_LEN` inputs);
+the test documents ``4 L + 1``, made of sentences that never occur in training. Model
 (:mod:`mha.translator.lm_model`): a pre-norm causal Transformer of
-:class:`mha.layers.EncoderLayer` s; the position scheme (:data:`LM_POSITIONS`) is the
-only difference between the arms. Recipe (:class:`LMConfig`): that of
-:mod:`mha.translator.training` (AdamW, label smoothing, the warm-up schedule,
-seeding, one torch thread), with a seed fixing the documents, the initial weights and
-the batch order, so the arms are compared on the same documents.
+:class:`mha.layers.EncoderLayer` s; the position scheme
+(:data:`~mha.translator.lm_model.LM_POSITIONS`) is the only difference between the
+arms. One run (:mod:`mha.translator.lm_training`): the translator's training loop and
+recipe, with a seed fixing the documents, the initial weights and the batch order, so
+the arms are compared on the same documents.
 
 Measures, on the test documents, at every position ``p = 1 .. 4 L`` (the number of
 tokens read so far, so ``p <= L`` is the training range):
@@ -30,11 +30,11 @@ tokens read so far, so ``p <= L`` is the training range):
   a model that has learned the task scores 1 on them, so a drop at long positions is
   the length, not the randomness.
 
-Training rule: every run trains for the same number of steps (:data:`STEPS`, the cap)
-and evaluates its in-length validation loss every :data:`EVAL_EVERY` steps. The arm
+Training rule: every run trains for the same number of steps (``STEPS``, the cap) and
+evaluates its in-length validation loss every ``EVAL_EVERY`` steps. The arm
 with the lowest mean final validation loss sets the target; a run is "trained" when its
 validation loss is within :data:`MARGIN` nats of that target, and the record says after
-how many steps it first was (``steps_needed``). :data:`STEPS` was chosen so that every
+how many steps it first was (``steps_needed``). ``STEPS`` was chosen so that every
 run is, and the tests check it on the results file: a run that did not learn is never
 read as a run that does not generalise.
 
@@ -64,244 +64,36 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
-from mha.threads import num_threads
 from mha.translator.lengths import comma_list, seed_list
-from mha.translator.lm_data import LMData, generate_lm_data
-from mha.translator.lm_model import LM_POSITIONS, CausalLM
-from mha.translator.training import noam_lr
+from mha.translator.lm_model import LM_POSITIONS
+from mha.translator.lm_training import EVAL_EVERY, STEPS, LMConfig, run_one
 
 __all__ = [
-    "EVAL_EVERY",
     "MARGIN",
     "RESULTS",
     "SEEDS",
     "SHORT",
-    "STEPS",
-    "TRAIN_LEN",
-    "LMConfig",
-    "evaluate_positions",
+    "apply_rule",
     "format_table",
     "main",
     "run",
-    "run_one",
     "summarise",
-    "train_lm",
 ]
 
 #: Where ``python -m mha.translator.lm_lengths`` writes its results by default.
 RESULTS = Path(__file__).with_name("results") / "lm_lengths.json"
 #: The seeds of the recorded results.
 SEEDS = (0, 1, 2, 3, 4)
-#: L: the inputs of a training document; the test documents have 4 L.
-TRAIN_LEN = 32
-#: Optimizer steps of every run (the cap of the training rule).
-STEPS = 1000
-#: Steps between two evaluations of the in-length validation loss.
-EVAL_EVERY = 100
 #: Nats: how close to the best arm's validation loss every run must come.
 MARGIN = 0.05
 #: The short arm re-run by the slow test: (scheme, steps).
 SHORT = ("alibi", 200)
-
-
-@dataclass(frozen=True)
-class LMConfig:
-    """Everything that determines one run."""
-
-    seed: int = 0
-    positions: str = "none"
-    # data (see mha.translator.lm_data.generate_lm_data)
-    train_len: int = TRAIN_LEN
-    test_len: int = 4 * TRAIN_LEN
-    num_train: int = 10000
-    num_valid: int = 500
-    num_test: int = 500
-    # model (see mha.translator.lm_model.CausalLM); the sinusoidal table covers test_len
-    d_model: int = 32
-    num_heads: int = 4
-    num_layers: int = 2
-    d_ff: int = 64
-    # optimisation (as mha.translator.training.TrainConfig)
-    steps: int = STEPS
-    eval_every: int = EVAL_EVERY
-    batch_size: int = 64
-    warmup: int = 100
-    lr_scale: float = 1.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    label_smoothing: float = 0.1
-    weight_decay: float = 0.1
-    num_threads: int = 1
-
-
-def build_lm(config: LMConfig, vocab_size: int) -> CausalLM:
-    """A fresh model for ``config`` (seeded by the caller); its table covers test_len."""
-    return CausalLM(vocab_size, config.d_model, config.num_heads, config.num_layers,
-                    config.d_ff, config.positions, max_len=config.test_len)  # fmt: skip
-
-
-def _data(config: LMConfig) -> LMData:
-    return generate_lm_data(config.seed, config.train_len, config.test_len,
-                            config.num_train, config.num_valid, config.num_test)  # fmt: skip
-
-
-@torch.no_grad()
-def evaluate_positions(
-    model: CausalLM, documents: Tensor, translation: Tensor, batch_size: int = 250
-) -> dict[str, Tensor]:
-    """Next-token measures at every position, over a set of documents.
-
-    Parameters
-    ----------
-    model : CausalLM
-    documents : Tensor
-        ``(N, T + 1)`` token ids: the model reads the first T, predicts the last T.
-    translation : Tensor
-        ``(N, T)`` bool: the targets on the translation side.
-    batch_size : int
-        Documents per forward pass (memory only; the numbers do not depend on it).
-
-    Returns
-    -------
-    dict of Tensor
-        ``"loss"`` ``(T,)`` mean cross-entropy (nats) at each position, ``"correct"``
-        ``(T,)`` how many argmax predictions were right, ``"translation_correct"`` and
-        ``"translation_count"`` ``(T,)`` the same counted over the translation targets
-        only, and ``"count"``, the number N of documents.
-    """
-    was_training = model.training
-    model.eval()
-    loss = torch.zeros(documents.shape[1] - 1, dtype=torch.float64)
-    correct = torch.zeros_like(loss)
-    translation_correct = torch.zeros_like(loss)
-    for start in range(0, documents.shape[0], batch_size):
-        batch = documents[start : start + batch_size]  # (b, T + 1)
-        logits = model(batch[:, :-1])  # (b, T) -> (b, T, V)
-        targets = batch[:, 1:]  # (b, T)
-        nats = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (b, T)
-        hits = logits.argmax(dim=-1) == targets  # (b, T)
-        loss += nats.sum(dim=0, dtype=torch.float64)
-        correct += hits.sum(dim=0)
-        translation_correct += (hits & translation[start : start + batch_size]).sum(dim=0)
-    model.train(was_training)
-    return {
-        "loss": loss / documents.shape[0],
-        "correct": correct,
-        "translation_correct": translation_correct,
-        "translation_count": translation.sum(dim=0).to(torch.float64),
-        "count": torch.tensor(float(documents.shape[0]), dtype=torch.float64),
-    }
-
-
-def _mean_loss(measures: dict[str, Tensor]) -> float:
-    return float(measures["loss"].mean())
-
-
-def train_lm(
-    config: LMConfig, data: LMData
-) -> tuple[CausalLM, list[tuple[int, float]], float]:
-    """Train one model on ``data.train``; evaluate ``data.valid`` every ``eval_every`` steps.
-
-    Returns
-    -------
-    model : CausalLM
-        Trained, in eval mode.
-    curve : list of (int, float)
-        ``(step, in-length validation loss)`` after every ``eval_every`` steps (and at
-        the last step).
-    seconds : float
-        Wall time of the loop, evaluations included (machine-dependent).
-    """
-    train = data.train
-    n = train.shape[0]
-    if config.batch_size > n:
-        raise ValueError(f"batch_size={config.batch_size} is larger than the {n} documents")
-    with num_threads(config.num_threads):  # the thread count changes the bits: fix it
-        torch.manual_seed(config.seed)  # initial weights: the same for every scheme
-        model = build_lm(config, len(data.vocab))
-        shuffler = torch.Generator().manual_seed(config.seed)  # batch order
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=1.0, betas=config.betas, eps=config.eps,
-            weight_decay=config.weight_decay, fused=True,
-        )  # fmt: skip
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda i: noam_lr(i + 1, config.d_model, config.warmup, config.lr_scale)
-        )
-        model.train()
-        curve: list[tuple[int, float]] = []
-        order, cursor = torch.randperm(n, generator=shuffler), 0
-        start = time.perf_counter()
-        for step in range(1, config.steps + 1):
-            if cursor + config.batch_size > n:  # new epoch: reshuffle, drop the remainder
-                order, cursor = torch.randperm(n, generator=shuffler), 0
-            batch = train[order[cursor : cursor + config.batch_size]]  # (B, L + 1)
-            cursor += config.batch_size
-            logits = model(batch[:, :-1])  # (B, L) -> (B, L, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(),
-                                   label_smoothing=config.label_smoothing)  # fmt: skip
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            if step % config.eval_every == 0 or step == config.steps:
-                valid = evaluate_positions(model, data.valid, data.valid_translation)
-                curve.append((step, round(_mean_loss(valid), 6)))
-        seconds = time.perf_counter() - start
-        model.eval()
-    return model, curve, seconds
-
-
-def _rounded(values: Tensor, digits: int = 4) -> list[float | None]:
-    return [None if v != v else round(float(v), digits) for v in values]  # NaN -> None
-
-
-def run_one(seed: int, positions: str, steps: int = STEPS, **overrides: Any) -> dict[str, Any]:
-    """Train one model (``LMConfig(seed, positions, steps, **overrides)``) and measure it.
-
-    Returns
-    -------
-    dict
-        ``positions``, ``seed``, ``steps``; ``valid_curve`` (``[step, loss]`` pairs) and
-        ``valid_loss`` (the last), ``valid_translation_accuracy``; per test position
-        ``p = 1 .. test_len``: ``loss``, ``accuracy``, ``translation_accuracy`` (None
-        where no target is on the translation side) and ``translation_count``;
-        ``train_seconds`` and ``eval_seconds`` (wall), ``cpu_seconds`` (this process's
-        CPU time for the whole run, data included: what a busy machine does not inflate).
-    """
-    cpu_start = time.process_time()
-    config = replace(LMConfig(), seed=seed, positions=positions, steps=steps, **overrides)
-    data = _data(config)
-    model, curve, seconds = train_lm(config, data)
-    start = time.perf_counter()
-    with num_threads(config.num_threads):
-        valid = evaluate_positions(model, data.valid, data.valid_translation)
-        test = evaluate_positions(model, data.test, data.test_translation)
-    count = test["translation_count"]
-    return {
-        "positions": positions,
-        "seed": seed,
-        "steps": steps,
-        "valid_curve": [list(point) for point in curve],
-        "valid_loss": round(_mean_loss(valid), 6),
-        "valid_translation_accuracy": round(
-            float(valid["translation_correct"].sum() / valid["translation_count"].sum()), 6
-        ),
-        "loss": _rounded(test["loss"]),
-        "accuracy": _rounded(test["correct"] / test["count"]),
-        "translation_accuracy": _rounded(test["translation_correct"] / count),
-        "translation_count": [int(c) for c in count],
-        "train_seconds": round(seconds, 2),
-        "eval_seconds": round(time.perf_counter() - start, 2),
-        "cpu_seconds": round(time.process_time() - cpu_start, 2),
-    }
 
 
 def _run_one_task(task: tuple[str, int, int]) -> dict[str, Any]:
@@ -402,7 +194,7 @@ def run(
     wall = time.perf_counter() - start
     load_after = os.getloadavg()[0]
     runs, short_runs = records[: len(tasks)], records[len(tasks) :]
-    rule = apply_rule(runs) | {"steps": steps, "eval_every": LMConfig.eval_every}
+    rule = apply_rule(runs) | {"steps": steps, "eval_every": EVAL_EVERY}
     if short_runs:
         apply_rule(short_runs)
     config = asdict(LMConfig())
