@@ -728,7 +728,7 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
             assert all(a is None for a in (enc_bias, enc_rope, b1, r1, b2, r2))
 
 
-@pytest.mark.parametrize("positions", ["rope", "alibi", "alibi_directional"])
+@pytest.mark.parametrize("positions", ["none", "rope", "alibi", "alibi_directional"])
 def test_no_table_is_added_with_rope_or_alibi(positions):
     model = make_transformer(positions)
     assert model.positional_encoding is None
@@ -743,7 +743,8 @@ def test_no_table_is_added_with_rope_or_alibi(positions):
 
 def test_alibi_encoder_is_symmetric_and_the_others_are_not():
     """With the symmetric bias only |i - j| matters: reversing an unpadded source
-    reverses the encoder's output. RoPE's scores depend on the signed offset, the
+    reverses the encoder's output; without positions (NoPE) the encoder sees a set, and
+    any reordering reorders its output. RoPE's scores depend on the signed offset, the
     sinusoidal table on absolute positions, and the directional ALiBi has different
     slopes to the left and to the right."""
     src = torch.tensor([[3, 4, 5, 6, 7, 8]])
@@ -752,7 +753,7 @@ def test_alibi_encoder_is_symmetric_and_the_others_are_not():
         forward, _ = model.encode(src)
         backward, _ = model.encode(src.flip(1))
         gap = (backward.flip(1) - forward).abs().max().item()
-        if positions == "alibi":
+        if positions in ("alibi", "none"):
             assert gap < 1e-12
         else:
             assert gap > 1e-3
@@ -771,7 +772,7 @@ def test_cross_attention_sees_no_positions(positions):
 
 
 def test_transformer_positions_option_errors_and_config():
-    with pytest.raises(ValueError, match=r"positions must be one of \('sinusoidal', 'rope', "):
+    with pytest.raises(ValueError, match=r"positions must be one of \('none', 'sinusoidal', "):
         Transformer(5, 5, positions="learned")
     with pytest.raises(ValueError, match="head_dim = d_model / num_heads = 3 must be even"):
         Transformer(5, 5, d_model=6, num_heads=2, positions="rope")
@@ -781,6 +782,25 @@ def test_transformer_positions_option_errors_and_config():
     assert model.config["positions"] == "sinusoidal" and model.positions == "sinusoidal"
     rebuilt = Transformer(**make_transformer("rope").config)
     assert rebuilt.config == make_transformer("rope").config
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_only_the_table_limits_the_length(positions):
+    """max_len is the sinusoidal table's rows: with the table a longer input is refused,
+    naming it; the other schemes take any length."""
+    model = make_transformer(positions)  # max_len=10
+    long_src = torch.arange(3, 15)[None] % 9 + 1  # (1, 12)
+    long_tgt = torch.arange(1, 12)[None] % 9 + 1  # (1, 11)
+    if positions == "sinusoidal":
+        with pytest.raises(ValueError, match=r"src has length 12 > max_len=10"):
+            model.encode(long_src)
+        memory, _ = model.encode(long_src[:, :10])
+        with pytest.raises(ValueError, match=r"tgt_in has length 11 > max_len=10"):
+            model.decode(long_tgt, memory, long_src[:, :10])
+    else:
+        memory, _ = model.encode(long_src)
+        logits, _, _ = model.decode(long_tgt, memory, long_src)
+        assert logits.shape == (1, 11, 13) and torch.isfinite(logits).all()
 
 
 # ================================================= checkpoints and the translator

@@ -12,6 +12,7 @@ from torch import nn
 from mha import convert
 from mha.masks import causal_mask, combine_masks, padding_mask
 from mha.positional import sinusoidal_positional_encoding
+from mha.token_masks import causal_mask as torch_causal_mask
 from mha.token_masks import source_mask, target_mask
 from mha.transformer import AttentionMaps, Transformer
 
@@ -120,6 +121,12 @@ def test_masks_match_the_numpy_helpers() -> None:
     expected = combine_masks(causal_mask(5), padding_mask(tokens=tgt_in.numpy(), pad_id=PAD))
     assert target_mask(tgt_in, PAD).shape == (3, 1, 5, 5)
     np.testing.assert_array_equal(target_mask(tgt_in, PAD).numpy(), expected)
+    for size, num_keys in ((1, 1), (4, 4), (3, 7), (1, 5)):  # masks: exact by construction
+        np.testing.assert_array_equal(torch_causal_mask(size, num_keys).numpy(),
+                                      causal_mask(size, num_keys))  # fmt: skip
+    assert torch_causal_mask(4).dtype == torch.bool
+    with pytest.raises(ValueError, match="num_keys"):
+        torch_causal_mask(5, 3)
 
 
 def test_embeddings_scaled_and_positions_added() -> None:

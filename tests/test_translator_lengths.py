@@ -12,12 +12,12 @@ from dataclasses import asdict
 
 import pytest
 
-from mha.transformer import POSITIONS
 from mha.translator import TrainConfig, generate_corpus, length_probes, train
 from mha.translator.grammar import NounPhrase as NP
 from mha.translator.grammar import make_example
 from mha.translator.length_split import MAX_SPLIT_WORDS, LengthSplit, generate_length_split
 from mha.translator.lengths import (
+    ARMS,
     RESULTS,
     SEEDS,
     SPLIT_SETTINGS,
@@ -318,7 +318,7 @@ def test_results_file_was_made_with_todays_recipe_and_split(results):
 
 def test_results_file_has_every_scheme_and_seed_once(results):
     runs = Counter((r["positions"], r["seed"]) for r in results["runs"])
-    assert runs == Counter((p, s) for p in POSITIONS for s in SEEDS)
+    assert runs == Counter((p, s) for p in ARMS for s in SEEDS)
 
 
 def test_results_file_scores_are_counts_of_the_split(results, split):
@@ -354,14 +354,14 @@ def test_results_file_examples_are_the_split_sentences(results, split):
         sentence = split.longer[k * per_length]
         assert example["english"] == sentence.english
         assert example["reference"] == sentence.spanish
-        assert set(example["outputs"]) == set(POSITIONS)
+        assert set(example["outputs"]) == set(ARMS)
 
 
 def test_results_file_table_fits_the_book(results):
     table = format_table(results)
     assert all(len(line) <= BOOK_WIDTH for line in table.splitlines())
-    assert [line.split()[0] for line in table.splitlines()[3 : 3 + len(POSITIONS)]] == list(
-        POSITIONS
+    assert [line.split()[0] for line in table.splitlines()[3 : 3 + len(ARMS)]] == list(
+        ARMS
     )
 
 

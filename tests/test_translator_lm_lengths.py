@@ -24,6 +24,7 @@ from mha.translator.lm_data import (
     translation_targets,
 )
 from mha.translator.lm_lengths import (
+    ARMS,
     MARGIN,
     RESULTS,
     SEEDS,
@@ -32,7 +33,7 @@ from mha.translator.lm_lengths import (
     format_table,
     summarise,
 )
-from mha.translator.lm_model import LM_POSITIONS, CausalLM
+from mha.translator.lm_model import CausalLM
 from mha.translator.lm_training import LMConfig, evaluate_positions, run_one
 from mha.translator.vocab import BOS, EOS
 
@@ -128,17 +129,23 @@ TOKENS = torch.tensor([[1, 5, 9, 7, 4, 6, 8, 11, 3, 12]])
 def test_the_scheme_is_the_only_difference_between_arms():
     """Same seed -> the same parameters, whatever the scheme (none has parameters);
     the sinusoidal table is a buffer, not saved."""
-    states = {p: make(p).state_dict() for p in LM_POSITIONS}
+    states = {p: make(p).state_dict() for p in ARMS}
     reference = states["none"]
     for positions, state in states.items():
         assert state.keys() == reference.keys(), positions
         for name, value in state.items():
             assert torch.equal(value, reference[name]), (positions, name)  # copies
-    logits = {p: make(p)(TOKENS) for p in LM_POSITIONS}
-    for a in LM_POSITIONS:
-        for b in LM_POSITIONS:
+    logits = {p: make(p)(TOKENS) for p in ARMS}
+    for a in ARMS:
+        for b in ARMS:
             if a < b:  # ...and yet different models
                 assert (logits[a] - logits[b]).abs().max() > 1e-3, (a, b)
+
+
+def test_directional_alibi_is_alibi_in_a_causal_model():
+    """No attention of a causal model looks both ways, so the directional variant gives
+    each layer the causal bias: the same computation, the same logits (exact)."""
+    assert torch.equal(make("alibi_directional")(TOKENS), make("alibi")(TOKENS))
 
 
 def test_nope_has_no_positions():
@@ -147,7 +154,7 @@ def test_nope_has_no_positions():
     No attention receives a bias or RoPE positions, and no table is added."""
     shuffled = TOKENS.clone()
     shuffled[0, :-1] = TOKENS[0, :-1].flip(0)
-    for positions in LM_POSITIONS:
+    for positions in ARMS:
         model = make(positions, num_layers=1)
         with torch.no_grad():
             gap = (model(shuffled)[0, -1] - model(TOKENS)[0, -1]).abs().max().item()
@@ -167,7 +174,7 @@ def test_nope_has_no_positions():
     assert len(seen) == 2 and all(b is None and r is None for b, r in seen)
 
 
-@pytest.mark.parametrize("positions", LM_POSITIONS)
+@pytest.mark.parametrize("positions", ARMS)
 def test_the_mask_is_causal(positions):
     """Changing the token at position k changes no prediction before k."""
     model = make(positions)
@@ -234,7 +241,7 @@ def test_format_table_fits_the_book(results):
 
 def test_results_file_holds_every_scheme_and_seed_to_four_lengths(results):
     runs = Counter((r["positions"], r["seed"]) for r in results["runs"])
-    assert runs == Counter((p, s) for p in LM_POSITIONS for s in SEEDS)
+    assert runs == Counter((p, s) for p in ARMS for s in SEEDS)
     assert len(SEEDS) >= 5
     size = results["data"]["train_len"]
     assert results["data"]["test_len"] >= 4 * size
@@ -263,7 +270,7 @@ def test_every_arm_learned_within_the_margin_under_the_cap(results):
         assert r["steps_needed"] is not None and r["steps_needed"] <= rule["steps"], r
         assert r["valid_loss"] <= rule["target"] + MARGIN
     summary = summarise(results)
-    assert set(summary) == set(LM_POSITIONS)
+    assert set(summary) == set(ARMS)
 
 
 # The short arm, re-run: on the machine that wrote the file the run is bit-identical

@@ -13,7 +13,7 @@ documents hold ``L + 1`` tokens (:data:`~mha.translator.lm_training.TRAIN_LEN` i
 the test documents ``4 L + 1``, made of sentences that never occur in training. Model
 (:mod:`mha.translator.lm_model`): a pre-norm causal Transformer of
 :class:`mha.layers.EncoderLayer` s; the position scheme
-(:data:`~mha.translator.lm_model.LM_POSITIONS`) is the only difference between the
+(one of :data:`ARMS`) is the only difference between the
 arms. One run (:mod:`mha.translator.lm_training`): the translator's training loop and
 recipe, with a seed fixing the documents, the initial weights and the batch order, so
 the arms are compared on the same documents.
@@ -70,11 +70,12 @@ from typing import Any
 
 import torch
 
+from mha.transformer import POSITIONS
 from mha.translator.lengths import comma_list, seed_list
-from mha.translator.lm_model import LM_POSITIONS
 from mha.translator.lm_training import EVAL_EVERY, STEPS, LMConfig, run_one
 
 __all__ = [
+    "ARMS",
     "MARGIN",
     "RESULTS",
     "SEEDS",
@@ -88,6 +89,9 @@ __all__ = [
 
 #: Where ``python -m mha.translator.lm_lengths`` writes its results by default.
 RESULTS = Path(__file__).with_name("results") / "lm_lengths.json"
+#: The position schemes compared (of :data:`mha.transformer.POSITIONS`; in a causal
+#: model "alibi_directional" is "alibi").
+ARMS = ("none", "sinusoidal", "rope", "alibi")
 #: The seeds of the recorded results.
 SEEDS = (0, 1, 2, 3, 4)
 #: Nats: how close to the best arm's validation loss every run must come.
@@ -149,7 +153,7 @@ def apply_rule(runs: list[dict[str, Any]], margin: float = MARGIN) -> dict[str, 
 
 
 def run(
-    schemes: Sequence[str] = LM_POSITIONS,
+    schemes: Sequence[str] = ARMS,
     seeds: Sequence[int] = SEEDS,
     steps: int = STEPS,
     short: tuple[str, int] | None = SHORT,
@@ -161,7 +165,7 @@ def run(
     Parameters
     ----------
     schemes : sequence of str
-        From :data:`LM_POSITIONS`.
+        From :data:`mha.transformer.POSITIONS` (default :data:`ARMS`).
     seeds : sequence of int
     steps : int
         Optimizer steps of every run of the main arms.
@@ -179,13 +183,13 @@ def run(
         ``data`` (sizes and lengths), ``rule`` (see :func:`apply_rule`, and the cap),
         ``environment``, ``runs`` and ``short_runs`` (records of :func:`run_one`).
     """
-    bad = [s for s in schemes if s not in LM_POSITIONS]
+    bad = [s for s in schemes if s not in POSITIONS]
     if bad or not schemes:
-        raise ValueError(f"schemes must be some of {LM_POSITIONS}, got {list(schemes)}")
+        raise ValueError(f"schemes must be some of {POSITIONS}, got {list(schemes)}")
     if not seeds:
         raise ValueError("seeds is empty; give at least one seed")
-    if short is not None and short[0] not in LM_POSITIONS:
-        raise ValueError(f"the short arm's scheme must be one of {LM_POSITIONS}, got {short}")
+    if short is not None and short[0] not in POSITIONS:
+        raise ValueError(f"the short arm's scheme must be one of {POSITIONS}, got {short}")
     tasks = [(p, s, steps) for s in seeds for p in schemes]
     short_tasks = [] if short is None else [(short[0], s, short[1]) for s in seeds]
     load_before = os.getloadavg()[0]  # other work on the machine slows the wall time
@@ -305,8 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mha.translator.lm_lengths", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--positions", type=comma_list, default=list(LM_POSITIONS),
-                        help=f"comma-separated schemes (default {','.join(LM_POSITIONS)})")
+    parser.add_argument("--positions", type=comma_list, default=list(ARMS),
+                        help=f"comma-separated schemes (default {','.join(ARMS)})")
     parser.add_argument("--seeds", type=seed_list, default=list(SEEDS),
                         help="comma-separated (default 0-4)")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"default {STEPS}")
@@ -316,9 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS})")  # fmt: skip
     args = parser.parse_args(argv)
-    bad = [p for p in args.positions if p not in LM_POSITIONS]
+    bad = [p for p in args.positions if p not in POSITIONS]
     if bad:
-        parser.error(f"--positions: {bad} not among {list(LM_POSITIONS)}")
+        parser.error(f"--positions: {bad} not among {list(POSITIONS)}")
     if args.jobs < 1 or args.steps < 1 or args.short_steps < 0:
         parser.error("--jobs and --steps must be at least 1, --short-steps at least 0")
     short = (SHORT[0], args.short_steps) if args.short_steps else None
