@@ -30,7 +30,7 @@ from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
 from mha.positional import sinusoidal_positional_encoding
 from mha.positional_torch import alibi_bias, alibi_bias_directional
-from mha.token_masks import check_token_ids, source_mask, target_mask
+from mha.masks_torch import check_token_ids, source_mask, target_mask
 
 __all__ = ["POSITIONS", "AttentionMaps", "TokenModel", "Transformer"]
 

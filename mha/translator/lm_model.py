@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from mha._checks import check_positive_int
 from mha.layers import EncoderLayer
-from mha.token_masks import causal_mask
+from mha.masks_torch import causal_mask
 from mha.transformer import TokenModel
 
 __all__ = ["CausalLM"]

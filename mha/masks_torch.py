@@ -1,8 +1,8 @@
-"""Attention masks from batches of token ids, in PyTorch, for the Transformer.
+"""Attention masks in PyTorch: the torch twin of :mod:`mha.masks`, for the models.
 
-Torch versions of :mod:`mha.masks` for ``(B, L)`` token-id tensors, so that a model
-builds its masks on the tokens' device without a NumPy round trip. Same convention:
-``True`` = may attend.
+The causal mask, and the masks of ``(B, L)`` token-id tensors, so that a model builds
+its masks on the tokens' device without a NumPy round trip. Same convention: ``True`` =
+may attend. Written again here, not imported: the tests compare the two.
 """
 
 from __future__ import annotations
