@@ -1,6 +1,6 @@
 """The encoder-decoder Transformer of "Attention Is All You Need".
 
-The whole model: embeddings, the positions, the encoder and decoder stacks of
+The whole model: embeddings, the position scheme, the encoder and decoder stacks of
 :mod:`mha.layers`, and the output layer, with a KV cache for decoding. Positions are
 the paper's sinusoidal table (read from the specification's :mod:`mha.positional`:
 the one place a torch module imports the specification, for data, not for the
@@ -28,16 +28,16 @@ from mha._checks import (
 )
 from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
+from mha.masks_torch import check_token_ids, source_mask, target_mask
 from mha.positional import sinusoidal_positional_encoding
 from mha.positional_torch import alibi_bias, alibi_bias_directional
-from mha.masks_torch import check_token_ids, source_mask, target_mask
 
-__all__ = ["POSITIONS", "AttentionMaps", "TokenModel", "Transformer"]
+__all__ = ["POSITION_SCHEMES", "AttentionMaps", "TokenModel", "Transformer"]
 
 
-#: Where a model learns the order of its tokens: the ``positions`` argument of every
+#: Where a model learns the order of its tokens: the ``position_scheme`` argument of every
 #: :class:`TokenModel` (the :class:`Transformer`, the translator's causal LM).
-POSITIONS = ("none", "sinusoidal", "rope", "alibi", "alibi_directional")
+POSITION_SCHEMES = ("none", "sinusoidal", "rope", "alibi", "alibi_directional")
 
 
 @dataclass
@@ -74,8 +74,8 @@ class TokenModel(nn.Module):
     max_len : int
         Rows of the sinusoidal table: with ``"sinusoidal"`` the longest input; the
         other schemes take any length.
-    positions : str
-        One of :data:`POSITIONS`:
+    position_scheme : str
+        One of :data:`POSITION_SCHEMES`:
         ``"none"`` (NoPE: no position information but what a causal mask gives),
         ``"sinusoidal"`` (the paper: a fixed table added to the embeddings),
         ``"rope"`` (RoPE: the queries and keys of every self-attention rotated by their
@@ -97,21 +97,23 @@ class TokenModel(nn.Module):
     embedding would be ``sqrt(d_model)`` times larger and drown the position signal.
     """
 
-    def __init__(self, d_model: int, num_heads: int, max_len: int, positions: str):
+    def __init__(self, d_model: int, num_heads: int, max_len: int, position_scheme: str):
         super().__init__()
         self.d_model = check_positive_int(d_model, "d_model")
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.max_len = check_positive_int(max_len, "max_len")
-        if not isinstance(positions, str) or positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if not isinstance(position_scheme, str) or position_scheme not in POSITION_SCHEMES:
+            raise ValueError(
+                f"position_scheme must be one of {POSITION_SCHEMES}, got {position_scheme!r}"
+            )
         check_divisible(self.d_model, self.num_heads)
-        if positions == "rope":
+        if position_scheme == "rope":
             check_rope_head_dim(self.d_model, self.num_heads)
-        self.positions = positions
+        self.position_scheme = position_scheme
         # A function of (max_len, d_model) only: a buffer (moves with .to()), not a
         # parameter, and not saved in checkpoints. None unless "sinusoidal".
         encoding = None
-        if positions == "sinusoidal":
+        if position_scheme == "sinusoidal":
             table = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
             encoding = table.to(torch.get_default_dtype())
         self.register_buffer("positional_encoding", encoding, persistent=False)
@@ -150,15 +152,15 @@ class TokenModel(nn.Module):
         place); neither for NoPE, nor for the sinusoidal table, which is already in
         ``x``."""
         score_bias = rope_positions = None
-        if self.positions == "alibi_directional" and not causal and size > 0:
+        if self.position_scheme == "alibi_directional" and not causal and size > 0:
             score_bias = alibi_bias_directional(
                 self.num_heads, size, dtype=x.dtype, device=x.device
             )  # (H, T, T): attention that looks both ways
-        elif self.positions.startswith("alibi") and size > 0:  # no new position: no bias
+        elif self.position_scheme.startswith("alibi") and size > 0:  # no new position: no bias
             score_bias = alibi_bias(
                 self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
             )  # (H, T, S)
-        elif self.positions == "rope":
+        elif self.position_scheme == "rope":
             rope_positions = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
         return score_bias, rope_positions
 
@@ -185,8 +187,8 @@ class Transformer(TokenModel):
         Pre-norm layers (plus a final LayerNorm after each stack).
     layer_norm_eps : float
         LayerNorm epsilon.
-    positions : str
-        Where the model learns the order of the tokens, one of :data:`POSITIONS` (see
+    position_scheme : str
+        Where the model learns the order of the tokens, one of :data:`POSITION_SCHEMES` (see
         :class:`TokenModel`): in the encoder's self-attention, which looks both ways,
         and in the decoder's, which is causal.
 
@@ -216,7 +218,7 @@ class Transformer(TokenModel):
         pad_id: int = 0,
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
-        positions: str = "sinusoidal",
+        position_scheme: str = "sinusoidal",
     ):
         # Refuse floats and bools (True would silently mean one layer, or a vocabulary
         # of one word) before they reach nn.Embedding, range() or nn.Linear.
@@ -226,7 +228,7 @@ class Transformer(TokenModel):
         num_decoder_layers = check_non_negative_int(num_decoder_layers, "num_decoder_layers")
         d_ff = check_positive_int(d_ff, "d_ff")
         pad_id = check_non_negative_int(pad_id, "pad_id")
-        super().__init__(d_model, num_heads, max_len, positions)
+        super().__init__(d_model, num_heads, max_len, position_scheme)
         d_model = self.d_model
         # The architecture is recorded as given, not read back from the submodules later
         # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
@@ -243,7 +245,7 @@ class Transformer(TokenModel):
             "pad_id": pad_id,
             "norm_first": bool(norm_first),
             "layer_norm_eps": float(layer_norm_eps),
-            "positions": positions,
+            "position_scheme": position_scheme,
         }
         self.pad_id = pad_id
         self.src_embedding, self.tgt_embedding = self._new_embeddings(

@@ -11,9 +11,9 @@ from torch import nn
 
 from mha import convert
 from mha.masks import causal_mask, combine_masks, padding_mask
-from mha.positional import sinusoidal_positional_encoding
 from mha.masks_torch import causal_mask as torch_causal_mask
 from mha.masks_torch import source_mask, target_mask
+from mha.positional import sinusoidal_positional_encoding
 from mha.transformer import AttentionMaps, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

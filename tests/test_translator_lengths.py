@@ -214,7 +214,7 @@ def test_check_max_len_names_what_does_not_fit(split):
 
 def test_length_config_is_the_default_recipe_with_more_steps():
     config = length_config(3, "alibi")
-    assert config == TrainConfig(seed=3, positions="alibi", steps=1000)
+    assert config == TrainConfig(seed=3, position_scheme="alibi", steps=1000)
     assert config.num_threads == 1
 
 
@@ -222,7 +222,7 @@ def test_run_one_record_is_consistent_with_its_split():
     s = generate_length_split(0, **SMALL)
     show = s.longer[:2]
     record = run_one(0, "sinusoidal", steps=2, split=s, show=show)
-    assert record["positions"] == "sinusoidal" and record["seed"] == 0
+    assert record["position_scheme"] == "sinusoidal" and record["seed"] == 0
     assert len(record["translations"]) == 2
     for part, examples in (("heldout", s.heldout), ("longer", s.longer)):
         scores = record[part]
@@ -240,8 +240,8 @@ def test_run_refuses_unknown_schemes_and_no_seeds():
 
 def test_command_line_refuses_unknown_schemes(capsys):
     with pytest.raises(SystemExit):
-        main(["--positions", "rope,learned", "--seeds", "0"])
-    assert "--positions: ['learned'] not among" in capsys.readouterr().err
+        main(["--position-schemes", "rope,learned", "--seeds", "0"])
+    assert "--position-schemes: ['learned'] not among" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--seeds", "0,x"])
     assert "not a comma-separated list of seeds" in capsys.readouterr().err
@@ -253,9 +253,9 @@ def test_command_line_refuses_unknown_schemes(capsys):
 def synthetic_results():
     """Two schemes, two seeds, scores chosen so that every statistic is easy to check."""
 
-    def record(positions, seed, heldout, by_length):
+    def record(scheme, seed, heldout, by_length):
         return {
-            "positions": positions,
+            "position_scheme": scheme,
             "seed": seed,
             "heldout": {"exact_match": heldout},
             "longer": {
@@ -291,7 +291,7 @@ def test_table_shows_the_summary_in_the_book_width():
     assert "same length (<= 10 words)" in lines[1] and "longer (11-12 words)" in lines[1]
     assert lines[3].split() == ["rope", "0.750", "0.500", "1.000", "0.438", "0.375", "0.500"]
     assert lines[4].split() == ["alibi", "0.500", "0.250", "0.750", "0.250", "0.000", "0.500"]
-    assert lines[-3].split() == ["positions", "11", "12"]
+    assert lines[-3].split() == ["scheme", "11", "12"]
     assert lines[-2].split() == ["rope", "0.750", "0.125"]
     assert lines[-1].split() == ["alibi", "0.250", "0.250"]
     # Numbers sit under their headers.
@@ -303,7 +303,7 @@ def test_table_shows_the_summary_in_the_book_width():
 
 
 def test_results_file_was_made_with_todays_recipe_and_split(results):
-    expected = asdict(length_config(0, "rope")) | {"seed": None, "positions": None}
+    expected = asdict(length_config(0, "rope")) | {"seed": None, "position_scheme": None}
     for name in ("num_train", "num_heldout", "num_compositional"):
         del expected[name]
     assert results["train_config"] == expected | {"betas": list(expected["betas"])}
@@ -317,7 +317,7 @@ def test_results_file_was_made_with_todays_recipe_and_split(results):
 
 
 def test_results_file_has_every_scheme_and_seed_once(results):
-    runs = Counter((r["positions"], r["seed"]) for r in results["runs"])
+    runs = Counter((r["position_scheme"], r["seed"]) for r in results["runs"])
     assert runs == Counter((p, s) for p in ARMS for s in SEEDS)
 
 
@@ -329,7 +329,7 @@ def test_results_file_scores_are_counts_of_the_split(results, split):
         for part, n in (("heldout", len(split.heldout)), ("longer", len(split.longer))):
             scores = r[part]
             hits = scores["exact_match"] * n
-            assert hits == pytest.approx(round(hits), abs=1e-9), (r["positions"], part)
+            assert hits == pytest.approx(round(hits), abs=1e-9), (r["position_scheme"], part)
             wrong = n - round(hits)
             assert sum(scores["first_error_at"].values()) == wrong
         longer = r["longer"]["by_length"]
@@ -389,7 +389,7 @@ def test_command_reproduces_one_recorded_run(tmp_path, results):
     scheme, seed = RERUN
     path = tmp_path / "one.json"
     run_ = subprocess.run(
-        [sys.executable, "-m", "mha.translator.lengths", "--positions", scheme,
+        [sys.executable, "-m", "mha.translator.lengths", "--position-schemes", scheme,
          "--seeds", str(seed), "--output", str(path)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
@@ -400,7 +400,7 @@ def test_command_reproduces_one_recorded_run(tmp_path, results):
         "max_train_target_words": fresh["split"]["max_train_target_words"]
     }
     (record,) = fresh["runs"]
-    recorded = [r for r in results["runs"] if r["positions"] == scheme]
+    recorded = [r for r in results["runs"] if r["position_scheme"] == scheme]
     for part in ("heldout", "longer"):
         values = [r[part]["exact_match"] for r in recorded]
         low, high = min(values) - MARGIN[part], max(values) + MARGIN[part]

@@ -117,10 +117,10 @@ def test_data_is_a_function_of_the_seed(data):
 # ============================================================== the model
 
 
-def make(positions, num_layers=2, max_len=40):
+def make(scheme, num_layers=2, max_len=40):
     torch.manual_seed(0)
     return CausalLM(30, d_model=16, num_heads=4, num_layers=num_layers, d_ff=32,
-                    positions=positions, max_len=max_len).double().eval()  # fmt: skip
+                    position_scheme=scheme, max_len=max_len).double().eval()  # fmt: skip
 
 
 TOKENS = torch.tensor([[1, 5, 9, 7, 4, 6, 8, 11, 3, 12]])
@@ -131,10 +131,10 @@ def test_the_scheme_is_the_only_difference_between_arms():
     the sinusoidal table is a buffer, not saved."""
     states = {p: make(p).state_dict() for p in ARMS}
     reference = states["none"]
-    for positions, state in states.items():
-        assert state.keys() == reference.keys(), positions
+    for scheme, state in states.items():
+        assert state.keys() == reference.keys(), scheme
         for name, value in state.items():
-            assert torch.equal(value, reference[name]), (positions, name)  # copies
+            assert torch.equal(value, reference[name]), (scheme, name)  # copies
     logits = {p: make(p)(TOKENS) for p in ARMS}
     for a in ARMS:
         for b in ARMS:
@@ -154,14 +154,14 @@ def test_nope_has_no_positions():
     No attention receives a bias or RoPE positions, and no table is added."""
     shuffled = TOKENS.clone()
     shuffled[0, :-1] = TOKENS[0, :-1].flip(0)
-    for positions in ARMS:
-        model = make(positions, num_layers=1)
+    for scheme in ARMS:
+        model = make(scheme, num_layers=1)
         with torch.no_grad():
             gap = (model(shuffled)[0, -1] - model(TOKENS)[0, -1]).abs().max().item()
-        if positions == "none":
+        if scheme == "none":
             assert gap < 1e-12
         else:
-            assert gap > 1e-4, positions
+            assert gap > 1e-4, scheme
     model = make("none")
     assert model.positional_encoding is None
     seen = []
@@ -174,10 +174,10 @@ def test_nope_has_no_positions():
     assert len(seen) == 2 and all(b is None and r is None for b, r in seen)
 
 
-@pytest.mark.parametrize("positions", ARMS)
-def test_the_mask_is_causal(positions):
+@pytest.mark.parametrize("scheme", ARMS)
+def test_the_mask_is_causal(scheme):
     """Changing the token at position k changes no prediction before k."""
-    model = make(positions)
+    model = make(scheme)
     changed = TOKENS.clone()
     changed[0, 6] = 20
     with torch.no_grad():
@@ -190,10 +190,10 @@ def test_sinusoidal_refuses_inputs_past_its_table_and_bad_arguments():
     with pytest.raises(ValueError, match="max_len"):
         make("sinusoidal", max_len=8)(TOKENS)
     make("rope", max_len=8)(TOKENS)  # the relative schemes take any length
-    with pytest.raises(ValueError, match="positions"):
-        CausalLM(30, positions="learned")
+    with pytest.raises(ValueError, match="position_scheme must be one of"):
+        CausalLM(30, position_scheme="learned")
     with pytest.raises(ValueError, match="head_dim"):
-        CausalLM(30, d_model=12, num_heads=4, positions="rope")
+        CausalLM(30, d_model=12, num_heads=4, position_scheme="rope")
 
 
 def test_evaluate_positions_counts_per_position(data):
@@ -216,8 +216,8 @@ def test_evaluate_positions_counts_per_position(data):
 # ============================================================== the rule and the table
 
 
-def fake_run(positions, seed, curve):
-    return {"positions": positions, "seed": seed, "valid_curve": curve,
+def fake_run(scheme, seed, curve):
+    return {"position_scheme": scheme, "seed": seed, "valid_curve": curve,
             "valid_loss": curve[-1][1], "loss": [1.0] * 16, "accuracy": [0.5] * 16,
             "translation_accuracy": [None, 1.0] * 8}  # fmt: skip
 
@@ -240,7 +240,7 @@ def test_format_table_fits_the_book(results):
 
 
 def test_results_file_holds_every_scheme_and_seed_to_four_lengths(results):
-    runs = Counter((r["positions"], r["seed"]) for r in results["runs"])
+    runs = Counter((r["position_scheme"], r["seed"]) for r in results["runs"])
     assert runs == Counter((p, s) for p in ARMS for s in SEEDS)
     assert len(SEEDS) >= 5
     size = results["data"]["train_len"]
@@ -251,12 +251,12 @@ def test_results_file_holds_every_scheme_and_seed_to_four_lengths(results):
 
 def test_results_file_was_made_with_todays_recipe(results):
     expected = asdict(LMConfig())
-    for name in ("seed", "positions", "steps"):
+    for name in ("seed", "position_scheme", "steps"):
         expected[name] = None
     for name in ("train_len", "test_len", "num_train", "num_valid", "num_test"):
         assert results["data"][name] == expected.pop(name)
     assert results["config"] == expected | {"betas": list(expected["betas"])}
-    assert results["short_arm"] == {"positions": SHORT[0], "steps": SHORT[1]}
+    assert results["short_arm"] == {"position_scheme": SHORT[0], "steps": SHORT[1]}
     assert results["environment"]["num_threads"] == 1
 
 

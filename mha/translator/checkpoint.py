@@ -39,7 +39,10 @@ _META_KEY = "__meta__"
 #: Constructor arguments that ``Transformer`` gained after checkpoints were first
 #: written, each with the value that every checkpoint written before it had (there was
 #: no other): a stored config without one of these is read with that value.
-_ADDED_LATER = {"positions": "sinusoidal"}
+_ADDED_LATER = {"position_scheme": "sinusoidal"}
+#: Constructor arguments that ``Transformer`` renamed, old name -> new: a stored config
+#: with the old name is read under the new one.
+_RENAMED = {"positions": "position_scheme"}
 
 
 def model_config(model: Transformer) -> dict[str, object]:
@@ -93,9 +96,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
 
     The model is ``Transformer(**config)`` with the stored config, which must name
     every constructor argument: nothing is filled in with a default. The one
-    exception is an argument added after checkpoints existed (``positions``): a
-    config written before it has none and is read with the only value there was then
-    (``"sinusoidal"``).
+    exceptions: an argument added after checkpoints existed (``position_scheme``) is
+    read, where a config written before it has none, with the only value there was
+    then (``"sinusoidal"``); and a renamed argument (``positions``, now
+    ``position_scheme``) is read under its new name.
 
     Raises
     ------
@@ -109,7 +113,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
             raise ValueError(f"{path} is not a translator checkpoint: no {_META_KEY!r} entry")
         meta = json.loads(str(data[_META_KEY]))
         state = {k: torch.from_numpy(data[k]) for k in data.files if k != _META_KEY}
-    config = _ADDED_LATER | meta["model"]
+    config = _ADDED_LATER | {_RENAMED.get(k, k): v for k, v in meta["model"].items()}
     expected = set(inspect.signature(Transformer).parameters)
     unknown, missing = sorted(set(config) - expected), sorted(expected - set(config))
     if unknown or missing:

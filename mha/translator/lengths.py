@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from mha.transformer import POSITIONS
+from mha.transformer import POSITION_SCHEMES
 from mha.translator.decoding import Translator
 from mha.translator.grammar import Example
 from mha.translator.length_split import LengthSplit, generate_length_split
@@ -66,7 +66,7 @@ __all__ = [
 
 #: Where ``python -m mha.translator.lengths`` writes its results by default.
 RESULTS = Path(__file__).with_name("results") / "lengths.json"
-#: The position schemes compared (of :data:`mha.transformer.POSITIONS`: NoPE is left
+#: The position schemes compared (of :data:`mha.transformer.POSITION_SCHEMES`: NoPE is left
 #: out, since an encoder without positions cannot tell one word order from another).
 ARMS = ("sinusoidal", "rope", "alibi", "alibi_directional")
 #: The seeds of the recorded results.
@@ -82,9 +82,9 @@ SPLIT_SETTINGS: dict[str, Any] = {
 }
 
 
-def length_config(seed: int, positions: str, steps: int = STEPS) -> TrainConfig:
+def length_config(seed: int, position_scheme: str, steps: int = STEPS) -> TrainConfig:
     """The recipe of every run: TrainConfig's defaults, ``steps`` optimizer steps."""
-    return replace(TrainConfig(), seed=seed, positions=positions, steps=steps)
+    return replace(TrainConfig(), seed=seed, position_scheme=position_scheme, steps=steps)
 
 
 def check_max_len(config: TrainConfig, split: LengthSplit) -> None:
@@ -173,7 +173,7 @@ def _translate(translator: Translator, examples: Sequence[Example]) -> list[str]
 
 def run_one(
     seed: int,
-    positions: str,
+    position_scheme: str,
     steps: int = STEPS,
     split: LengthSplit | None = None,
     show: Sequence[Example] = (),
@@ -184,8 +184,8 @@ def run_one(
     ----------
     seed : int
         Seeds the split (unless ``split`` is given), the weights and the batch order.
-    positions : str
-        One of :data:`mha.transformer.POSITIONS`.
+    position_scheme : str
+        One of :data:`mha.transformer.POSITION_SCHEMES`.
     steps : int
         Optimizer steps.
     split : LengthSplit, optional
@@ -196,13 +196,13 @@ def run_one(
     Returns
     -------
     dict
-        ``positions``, ``seed``, ``heldout`` and ``longer`` (each the output of
+        ``position_scheme``, ``seed``, ``heldout`` and ``longer`` (each the output of
         :func:`score_translations`), ``final_loss``, ``train_seconds``,
         ``eval_seconds`` and ``translations``.
     """
     if split is None:
         split = generate_length_split(seed, **SPLIT_SETTINGS)
-    config = length_config(seed, positions, steps)
+    config = length_config(seed, position_scheme, steps)
     check_max_len(config, split)
     result = train(config, corpus=split)
     start = time.perf_counter()
@@ -210,7 +210,7 @@ def run_one(
     longer = score_translations(_translate(result.translator, split.longer), split.longer)
     eval_seconds = time.perf_counter() - start
     return {
-        "positions": positions,
+        "position_scheme": position_scheme,
         "seed": seed,
         "heldout": heldout,
         "longer": longer,
@@ -232,7 +232,8 @@ def run(
     Parameters
     ----------
     schemes : sequence of str
-        Position schemes, from :data:`mha.transformer.POSITIONS` (default :data:`ARMS`).
+        Position schemes, from :data:`mha.transformer.POSITION_SCHEMES` (default
+        :data:`ARMS`).
     seeds : sequence of int
     steps : int
     log : file, optional
@@ -241,15 +242,15 @@ def run(
     Returns
     -------
     dict
-        ``train_config`` (seed and positions vary per run), ``split`` (settings and
+        ``train_config`` (seed and position_scheme vary per run), ``split`` (settings and
         sizes), ``environment`` (torch version, CPU capability, threads),
         ``runs`` (one record of :func:`run_one` each, the translations left out),
         ``examples`` (the first longer sentence of each length with every scheme's
         translation, from the first seed).
     """
-    bad = [s for s in schemes if s not in POSITIONS]
+    bad = [s for s in schemes if s not in POSITION_SCHEMES]
     if bad or not schemes:
-        raise ValueError(f"schemes must be some of {POSITIONS}, got {list(schemes)}")
+        raise ValueError(f"schemes must be some of {POSITION_SCHEMES}, got {list(schemes)}")
     if not seeds:
         raise ValueError("seeds is empty; give at least one seed")
     runs = []
@@ -262,23 +263,23 @@ def run(
         show = split.longer[::per_length] if seed == seeds[0] else []
         if show:
             examples = [{"english": e.english, "reference": e.spanish, "outputs": {}} for e in show]
-        for positions in schemes:
-            record = run_one(seed, positions, steps, split, show)
+        for scheme in schemes:
+            record = run_one(seed, scheme, steps, split, show)
             translations = record.pop("translations")
             if show:
                 for example, output in zip(examples, translations, strict=True):
-                    example["outputs"][positions] = output
+                    example["outputs"][scheme] = output
             runs.append(record)
             if log is not None:
                 print(
-                    f"{positions:<10} seed {seed}: held-out {record['heldout']['exact_match']:.3f}"
+                    f"{scheme:<17} seed {seed}: held-out {record['heldout']['exact_match']:.3f}"
                     f", longer {record['longer']['exact_match']:.3f}"
                     f" ({record['train_seconds']:.1f} s training)",
                     file=log,
                     flush=True,
                 )
     config = asdict(length_config(seeds[0], schemes[0], steps))
-    config["seed"] = config["positions"] = None  # per run
+    config["seed"] = config["position_scheme"] = None  # per run
     for name in ("num_train", "num_heldout", "num_compositional"):
         del config[name]  # the corpus is the split: its sizes are under "split"
     return {
@@ -316,7 +317,7 @@ def summarise(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float
     """
     scores: dict[str, dict[str, list[float]]] = {}
     for record in results["runs"]:
-        row = scores.setdefault(record["positions"], {})
+        row = scores.setdefault(record["position_scheme"], {})
         row.setdefault("heldout", []).append(record["heldout"]["exact_match"])
         row.setdefault("longer", []).append(record["longer"]["exact_match"])
         for size, value in record["longer"]["by_length"].items():
@@ -341,13 +342,13 @@ def format_table(results: dict[str, Any]) -> str:
         f"exact match over {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
         f"{results['train_config']['steps']} steps each",
         f"{'':<19}{same:<27}{longer}",
-        f"{'positions':<19}{' mean   min   max':<27} mean   min   max",
+        f"{'scheme':<19}{' mean   min   max':<27} mean   min   max",
     ]
     for scheme, row in summary.items():
         cells = [" ".join(f"{x:.3f}" for x in row[m]) for m in ("heldout", "longer")]
         lines.append(f"{scheme:<19}{cells[0]:<27}{cells[1]}")
     lines += ["", "longer, mean exact match by source length (words):"]
-    lines.append(f"{'positions':<19}" + "".join(f"{n:>7}" for n in lengths))
+    lines.append(f"{'scheme':<19}" + "".join(f"{n:>7}" for n in lengths))
     for scheme, row in summary.items():
         lines.append(f"{scheme:<19}" + "".join(f"{row[n][0]:>7.3f}" for n in lengths))
     return "\n".join(lines)
@@ -375,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m mha.translator.lengths", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "--positions",
+        "--position-schemes",
         type=comma_list,
         default=list(ARMS),
         help=f"comma-separated schemes (default {','.join(ARMS)})",
@@ -388,10 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--output", type=Path, default=RESULTS, help=f"results file (default {RESULTS})"
     )
     args = parser.parse_args(argv)
-    bad = [p for p in args.positions if p not in POSITIONS]
+    bad = [p for p in args.position_schemes if p not in POSITION_SCHEMES]
     if bad:
-        parser.error(f"--positions: {bad} not among {list(POSITIONS)}")
-    results = run(args.positions, args.seeds, args.steps, log=sys.stdout)
+        parser.error(f"--position-schemes: {bad} not among {list(POSITION_SCHEMES)}")
+    results = run(args.position_schemes, args.seeds, args.steps, log=sys.stdout)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {args.output}\n")

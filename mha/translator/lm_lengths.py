@@ -70,7 +70,7 @@ from typing import Any
 
 import torch
 
-from mha.transformer import POSITIONS
+from mha.transformer import POSITION_SCHEMES
 from mha.translator.lengths import comma_list, seed_list
 from mha.translator.lm_training import EVAL_EVERY, STEPS, LMConfig, run_one
 
@@ -89,7 +89,7 @@ __all__ = [
 
 #: Where ``python -m mha.translator.lm_lengths`` writes its results by default.
 RESULTS = Path(__file__).with_name("results") / "lm_lengths.json"
-#: The position schemes compared (of :data:`mha.transformer.POSITIONS`; in a causal
+#: The position schemes compared (of :data:`mha.transformer.POSITION_SCHEMES`; in a causal
 #: model "alibi_directional" is "alibi").
 ARMS = ("none", "sinusoidal", "rope", "alibi")
 #: The seeds of the recorded results.
@@ -101,8 +101,8 @@ SHORT = ("alibi", 200)
 
 
 def _run_one_task(task: tuple[str, int, int]) -> dict[str, Any]:
-    positions, seed, steps = task
-    return run_one(seed, positions, steps)
+    scheme, seed, steps = task
+    return run_one(seed, scheme, steps)
 
 
 def _execute(tasks: list[tuple[str, int, int]], jobs: int, log: Any) -> list[dict[str, Any]]:
@@ -115,7 +115,7 @@ def _execute(tasks: list[tuple[str, int, int]], jobs: int, log: Any) -> list[dic
         if log is not None:
             elapsed = time.perf_counter() - start
             print(
-                f"[{len(records)}/{len(tasks)}] {record['positions']:<10} seed "
+                f"[{len(records)}/{len(tasks)}] {record['position_scheme']:<10} seed "
                 f"{record['seed']}, {record['steps']} steps: val {record['valid_loss']:.3f}, "
                 f"loss at {len(record['loss'])} {statistics.fmean(record['loss'][-8:]):.3f}"
                 f" ({record['train_seconds']:.0f} s; {elapsed:.0f} s in all)",
@@ -131,7 +131,7 @@ def _execute(tasks: list[tuple[str, int, int]], jobs: int, log: Any) -> list[dic
             for future in as_completed([pool.submit(_run_one_task, t) for t in tasks]):
                 report(future.result())
     order = {task: k for k, task in enumerate(tasks)}
-    return sorted(records, key=lambda r: order[(r["positions"], r["seed"], r["steps"])])
+    return sorted(records, key=lambda r: order[(r["position_scheme"], r["seed"], r["steps"])])
 
 
 def apply_rule(runs: list[dict[str, Any]], margin: float = MARGIN) -> dict[str, Any]:
@@ -143,7 +143,7 @@ def apply_rule(runs: list[dict[str, Any]], margin: float = MARGIN) -> dict[str, 
     """
     finals: dict[str, list[float]] = {}
     for record in runs:
-        finals.setdefault(record["positions"], []).append(record["valid_loss"])
+        finals.setdefault(record["position_scheme"], []).append(record["valid_loss"])
     best = min(finals, key=lambda scheme: statistics.fmean(finals[scheme]))
     target = statistics.fmean(finals[best])
     for record in runs:
@@ -165,7 +165,7 @@ def run(
     Parameters
     ----------
     schemes : sequence of str
-        From :data:`mha.transformer.POSITIONS` (default :data:`ARMS`).
+        From :data:`mha.transformer.POSITION_SCHEMES` (default :data:`ARMS`).
     seeds : sequence of int
     steps : int
         Optimizer steps of every run of the main arms.
@@ -179,17 +179,20 @@ def run(
     Returns
     -------
     dict
-        ``config`` (:class:`LMConfig`, ``seed``, ``positions`` and ``steps`` per run),
+        ``config`` (:class:`LMConfig`; ``seed``, ``position_scheme`` and ``steps`` per
+        run),
         ``data`` (sizes and lengths), ``rule`` (see :func:`apply_rule`, and the cap),
         ``environment``, ``runs`` and ``short_runs`` (records of :func:`run_one`).
     """
-    bad = [s for s in schemes if s not in POSITIONS]
+    bad = [s for s in schemes if s not in POSITION_SCHEMES]
     if bad or not schemes:
-        raise ValueError(f"schemes must be some of {POSITIONS}, got {list(schemes)}")
+        raise ValueError(f"schemes must be some of {POSITION_SCHEMES}, got {list(schemes)}")
     if not seeds:
         raise ValueError("seeds is empty; give at least one seed")
-    if short is not None and short[0] not in POSITIONS:
-        raise ValueError(f"the short arm's scheme must be one of {POSITIONS}, got {short}")
+    if short is not None and short[0] not in POSITION_SCHEMES:
+        raise ValueError(
+            f"the short arm's scheme must be one of {POSITION_SCHEMES}, got {short}"
+        )
     tasks = [(p, s, steps) for s in seeds for p in schemes]
     short_tasks = [] if short is None else [(short[0], s, short[1]) for s in seeds]
     load_before = os.getloadavg()[0]  # other work on the machine slows the wall time
@@ -202,7 +205,7 @@ def run(
     if short_runs:
         apply_rule(short_runs)
     config = asdict(LMConfig())
-    for name in ("seed", "positions", "steps"):
+    for name in ("seed", "position_scheme", "steps"):
         config[name] = None  # per run
     data = {name: config.pop(name) for name in
             ("train_len", "test_len", "num_train", "num_valid", "num_test")}  # fmt: skip
@@ -215,7 +218,7 @@ def run(
         "config": config,
         "data": data | {"adjective_prob": 0.5, "sequence": "<s> (en <sep> es </s>)*"},
         "rule": rule,
-        "short_arm": None if short is None else {"positions": short[0], "steps": short[1]},
+        "short_arm": None if short is None else {"position_scheme": short[0], "steps": short[1]},
         "environment": {
             "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -252,7 +255,7 @@ def summarise(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float
     size = results["data"]["train_len"]
     values: dict[str, dict[str, list[float]]] = {}
     for record in results["runs"]:
-        row = values.setdefault(record["positions"], {})
+        row = values.setdefault(record["position_scheme"], {})
         row.setdefault("valid_loss", []).append(record["valid_loss"])
         row.setdefault("steps_needed", []).append(record["steps_needed"])
         for column, multiple in COLUMNS.items():
@@ -276,7 +279,7 @@ def format_table(results: dict[str, Any]) -> str:
         f"{rule['steps']} steps each; mean min max",
         f"in-length validation loss (target {rule['target']:.3f} + {rule['margin']}), "
         "steps to reach it",
-        f"{'positions':<12}{'val loss':<22}steps",
+        f"{'scheme':<12}{'val loss':<22}steps",
     ]
     for scheme, row in summary.items():
         val = " ".join(f"{x:.3f}" for x in row["valid_loss"])
@@ -286,7 +289,7 @@ def format_table(results: dict[str, Any]) -> str:
                         ("translation accuracy", "translation"),
                         ("accuracy, every token", "accuracy")):  # fmt: skip
         lines += ["", f"{title}, mean of the {size // 4} positions up to p"]
-        lines.append(f"{'positions':<12}" + "".join(
+        lines.append(f"{'scheme':<12}" + "".join(
             f"{c + f' (p={m * size})':<21}" for c, m in COLUMNS.items()).rstrip())
         for scheme, row in summary.items():
             cells = [" ".join(f"{x:.3f}" for x in row[f"{name}@{c}"]) for c in COLUMNS]
@@ -309,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mha.translator.lm_lengths", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--positions", type=comma_list, default=list(ARMS),
+    parser.add_argument("--position-schemes", type=comma_list, default=list(ARMS),
                         help=f"comma-separated schemes (default {','.join(ARMS)})")
     parser.add_argument("--seeds", type=seed_list, default=list(SEEDS),
                         help="comma-separated (default 0-4)")
@@ -320,13 +323,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS})")  # fmt: skip
     args = parser.parse_args(argv)
-    bad = [p for p in args.positions if p not in POSITIONS]
+    bad = [p for p in args.position_schemes if p not in POSITION_SCHEMES]
     if bad:
-        parser.error(f"--positions: {bad} not among {list(POSITIONS)}")
+        parser.error(f"--position-schemes: {bad} not among {list(POSITION_SCHEMES)}")
     if args.jobs < 1 or args.steps < 1 or args.short_steps < 0:
         parser.error("--jobs and --steps must be at least 1, --short-steps at least 0")
     short = (SHORT[0], args.short_steps) if args.short_steps else None
-    results = run(args.positions, args.seeds, args.steps, short, args.jobs, log=sys.stderr)
+    results = run(args.position_schemes, args.seeds, args.steps, short, args.jobs, log=sys.stderr)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(dumps(results))
     print(f"wrote {args.output}\n")

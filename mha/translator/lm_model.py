@@ -4,7 +4,7 @@ Embedding, a stack of pre-norm :class:`mha.layers.EncoderLayer` whose self-atten
 is causal, a final LayerNorm and the output layer. The embeddings and the position
 scheme are :class:`mha.transformer.TokenModel`'s, as in the translator's Transformer;
 where the model learns the order of its tokens is the one thing that varies between
-the arms of the length study (:data:`mha.transformer.POSITIONS`; in a causal model
+the arms of the length study (:data:`mha.transformer.POSITION_SCHEMES`; in a causal model
 ``"alibi_directional"`` is plain ALiBi, since no attention looks both ways):
 
 * ``"none"`` (NoPE): nothing but the causal mask. A query at position ``t`` attends to
@@ -45,8 +45,8 @@ class CausalLM(TokenModel):
         V.
     d_model, num_heads, num_layers, d_ff : int
         Width, heads, depth, feed-forward hidden width.
-    positions : str
-        One of :data:`mha.transformer.POSITIONS` (see the module docstring).
+    position_scheme : str
+        One of :data:`mha.transformer.POSITION_SCHEMES` (see the module docstring).
     max_len : int
         Rows of the sinusoidal table: the longest input with ``"sinusoidal"`` (the
         other schemes take any length and ignore it).
@@ -65,12 +65,12 @@ class CausalLM(TokenModel):
         num_heads: int = 4,
         num_layers: int = 2,
         d_ff: int = 128,
-        positions: str = "none",
+        position_scheme: str = "none",
         max_len: int = 128,
     ):
         vocab_size = check_positive_int(vocab_size, "vocab_size")
         num_layers = check_positive_int(num_layers, "num_layers")
-        super().__init__(d_model, num_heads, max_len, positions)
+        super().__init__(d_model, num_heads, max_len, position_scheme)
         (self.embedding,) = self._new_embeddings(vocab_size)
         self.layers = nn.ModuleList(
             EncoderLayer(self.d_model, self.num_heads, d_ff, norm_first=True)

@@ -53,7 +53,7 @@ class LMConfig(Recipe):
 
     steps: int = STEPS
     eval_every: int = EVAL_EVERY
-    positions: str = "none"
+    position_scheme: str = "none"
     # data (see mha.translator.lm_data.generate_lm_data)
     train_len: int = TRAIN_LEN
     test_len: int = 4 * TRAIN_LEN
@@ -70,7 +70,7 @@ class LMConfig(Recipe):
 def build_lm(config: LMConfig, vocab_size: int) -> CausalLM:
     """A fresh model for ``config`` (seeded by the caller); its table covers test_len."""
     return CausalLM(vocab_size, config.d_model, config.num_heads, config.num_layers,
-                    config.d_ff, config.positions, max_len=config.test_len)  # fmt: skip
+                    config.d_ff, config.position_scheme, max_len=config.test_len)  # fmt: skip
 
 
 def lm_data(config: LMConfig) -> LMData:
@@ -171,13 +171,15 @@ def _rounded(values: Tensor, digits: int = 4) -> list[float | None]:
     return [None if v != v else round(float(v), digits) for v in values]  # NaN -> None
 
 
-def run_one(seed: int, positions: str, steps: int = STEPS, **overrides: Any) -> dict[str, Any]:
-    """Train one model (``LMConfig(seed, positions, steps, **overrides)``) and measure it.
+def run_one(
+    seed: int, position_scheme: str, steps: int = STEPS, **overrides: Any
+) -> dict[str, Any]:
+    """Train one model (``LMConfig(seed, position_scheme, steps, **overrides)``), measure it.
 
     Returns
     -------
     dict
-        ``positions``, ``seed``, ``steps``; ``valid_curve`` (``[step, loss]`` pairs) and
+        ``position_scheme``, ``seed``, ``steps``; ``valid_curve`` (``[step, loss]`` pairs) and
         ``valid_loss`` (the last), ``valid_translation_accuracy``; per test position
         ``p = 1 .. test_len``: ``loss``, ``accuracy``, ``translation_accuracy`` (None
         where no target is on the translation side) and ``translation_count``;
@@ -185,7 +187,8 @@ def run_one(seed: int, positions: str, steps: int = STEPS, **overrides: Any) -> 
         CPU time for the whole run, data included: what a busy machine does not inflate).
     """
     cpu_start = time.process_time()
-    config = replace(LMConfig(), seed=seed, positions=positions, steps=steps, **overrides)
+    config = replace(LMConfig(), seed=seed, position_scheme=position_scheme, steps=steps,
+                     **overrides)  # fmt: skip
     data = lm_data(config)
     model, curve, seconds = train_lm(config, data)
     start = time.perf_counter()
@@ -194,7 +197,7 @@ def run_one(seed: int, positions: str, steps: int = STEPS, **overrides: Any) -> 
         test = evaluate_positions(model, data.test, data.test_translation)
     count = test["translation_count"]
     return {
-        "positions": positions,
+        "position_scheme": position_scheme,
         "seed": seed,
         "steps": steps,
         "valid_curve": [list(point) for point in curve],

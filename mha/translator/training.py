@@ -90,7 +90,7 @@ class TrainConfig(Recipe):
     dropout: float = 0.0
     max_len: int = 32
     norm_first: bool = False
-    positions: str = "sinusoidal"  # or "rope", "alibi": see Transformer
+    position_scheme: str = "sinusoidal"  # or "none", "rope", "alibi", ...: see Transformer
     embedding_std: float | None = None  # None: keep Transformer's N(0, d_model**-0.5)
 
 
@@ -207,7 +207,7 @@ def build_model(config: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -
         max_len=config.max_len,
         pad_id=Vocab.pad_id,
         norm_first=config.norm_first,
-        positions=config.positions,
+        position_scheme=config.position_scheme,
     )
     if config.embedding_std is not None:  # to demonstrate the initialisation trap
         for embedding in (model.src_embedding, model.tgt_embedding):
