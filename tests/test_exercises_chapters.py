@@ -668,7 +668,7 @@ def test_merging_two_key_tiles_gives_flash_attention() -> None:
         e = np.exp(z - m[..., None])
         stats += [m, e.sum(-1), e @ v[..., cols[-1], :]]
     m, l, a = exercises._EXERCISES["merge_tiles"].reference(*stats)  # noqa: E741
-    context, logsumexp = mha.flash_attention(q, k, v, block_size=4)
+    context, logsumexp = mha.flash_attention(q, k, v, tile_size=4)
     np.testing.assert_allclose(a / l[..., None], context, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(m + np.log(l), logsumexp, rtol=1e-12, atol=1e-12)
 
