@@ -274,15 +274,19 @@ class Transformer(TokenModel):
         self-attention keys and values, one (``fixed``) for the projected memory."""
         return [(KVCache(), KVCache(fixed=True)) for _ in self.decoder_layers]
 
-    def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        """Run the encoder.
+    def encode(
+        self, src: Tensor, *, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Run the encoder. Options after the tensors are passed by keyword.
 
         Parameters
         ----------
         src : Tensor
             ``(B, S)`` source token ids (``pad_id`` for padding).
         need_weights : bool
-            Collect each layer's self-attention weights.
+            Collect each layer's self-attention weights. Default False, as in the
+            layers (only :class:`~mha.modules.MultiHeadAttention` defaults to True, as
+            ``torch.nn.MultiheadAttention`` does).
 
         Returns
         -------
@@ -308,10 +312,12 @@ class Transformer(TokenModel):
         tgt_in: Tensor,
         memory: Tensor,
         src: Tensor,
+        *,
         need_weights: bool = False,
         cache: list[tuple[KVCache, KVCache]] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """Run the decoder and the output projection.
+        """Run the decoder and the output projection. Options after the tensors are
+        passed by keyword.
 
         Parameters
         ----------
@@ -322,7 +328,7 @@ class Transformer(TokenModel):
         src : Tensor
             ``(B, S)`` the source ids, for the cross-attention padding mask.
         need_weights : bool
-            Collect each layer's attention weights.
+            Collect each layer's attention weights (default False, as :meth:`encode`).
         cache : list, optional
             From :meth:`new_cache`, holding the first ``L`` positions of ``tgt_in``
             (the whole prefix is passed every time; its padding is needed for the
@@ -372,9 +378,10 @@ class Transformer(TokenModel):
         return logits, self_weights, cross_weights
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor, need_weights: bool = False
+        self, src: Tensor, tgt_in: Tensor, *, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, AttentionMaps]:
-        """Encode ``src`` and decode ``tgt_in`` (teacher forcing).
+        """Encode ``src`` and decode ``tgt_in`` (teacher forcing). Options after the
+        tensors are passed by keyword.
 
         Parameters
         ----------
@@ -383,7 +390,8 @@ class Transformer(TokenModel):
         tgt_in : Tensor
             ``(B, T)`` decoder input ids.
         need_weights : bool
-            Also return every layer's attention weights.
+            Also return every layer's attention weights (default False, as
+            :meth:`encode`).
 
         Returns
         -------

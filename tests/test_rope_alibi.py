@@ -665,7 +665,8 @@ def test_transformer_decodes_the_same_with_a_cache(scheme, norm_first, need_weig
     cache = model.new_cache()
     steps = []
     for t in range(5):
-        logits, self_w, _ = model.decode(TGT[:, : t + 1], memory, SRC, need_weights, cache)
+        logits, self_w, _ = model.decode(TGT[:, : t + 1], memory, SRC,
+                                         need_weights=need_weights, cache=cache)
         steps.append(logits)
         if need_weights:
             torch.testing.assert_close(self_w[0], full_self[0][:, :, t : t + 1, : t + 1], **CLOSE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -10,9 +11,11 @@ import torch
 from torch import nn
 
 from mha import convert
+from mha.layers import DecoderLayer, EncoderLayer
 from mha.masks import causal_mask, combine_masks, padding_mask
 from mha.masks_torch import causal_mask as torch_causal_mask
 from mha.masks_torch import source_mask, target_mask
+from mha.modules import MultiHeadAttention
 from mha.positional import sinusoidal_positional_encoding
 from mha.transformer import AttentionMaps, Transformer
 
@@ -71,6 +74,26 @@ def test_encode_decode_without_weights_return_empty_lists() -> None:
     assert memory.shape == (3, 6, model.d_model) and logits.shape == (3, 5, TGT_V)
     assert enc_weights == self_weights == cross_weights == []
     torch.testing.assert_close(logits, model(src, tgt_in))
+
+
+def test_options_after_the_tensors_are_keyword_only() -> None:
+    """``encode``, ``decode`` and ``forward`` take their tensors by position and every
+    option by keyword; need_weights defaults to False in the model and its layers, and
+    to True only in MultiHeadAttention, as in torch.nn.MultiheadAttention."""
+    model = make_model()
+    src, tgt_in = batch()
+    memory, _ = model.encode(src)
+    for call in (lambda: model.encode(src, True), lambda: model(src, tgt_in, True),
+                 lambda: model.decode(tgt_in, memory, src, True)):  # fmt: skip
+        with pytest.raises(TypeError, match="positional argument"):
+            call()
+    defaults = {
+        fn: inspect.signature(fn).parameters["need_weights"].default
+        for fn in (Transformer.encode, Transformer.decode, Transformer.forward,
+                   EncoderLayer.forward, DecoderLayer.forward,
+                   MultiHeadAttention.forward, nn.MultiheadAttention.forward)
+    }  # fmt: skip
+    assert list(defaults.values()) == [False] * 5 + [True, True]
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
