@@ -6,6 +6,7 @@ short arm re-run on this machine."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 from dataclasses import asdict
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from mha.translator.grammar import sample_sentence
+from mha.translator.lengths import merge_into
 from mha.translator.lm_data import (
     SEP,
     generate_lm_data,
@@ -31,10 +33,11 @@ from mha.translator.lm_lengths import (
     SHORT,
     apply_rule,
     format_table,
+    main,
     summarise,
 )
 from mha.translator.lm_model import CausalLM
-from mha.translator.lm_training import LMConfig, evaluate_positions, run_one
+from mha.translator.lm_training import LMConfig, evaluate_positions
 from mha.translator.vocab import BOS, EOS
 
 BOOK_WIDTH = 76  # characters of the site's code box
@@ -256,7 +259,8 @@ def test_results_file_was_made_with_todays_recipe(results):
     for name in ("train_len", "test_len", "num_train", "num_valid", "num_test"):
         assert results["data"][name] == expected.pop(name)
     assert results["config"] == expected | {"betas": list(expected["betas"])}
-    assert results["short_arm"] == {"position_scheme": SHORT[0], "steps": SHORT[1]}
+    assert {k: results["short_arm"][k] for k in ("position_scheme", "steps")} == {
+        "position_scheme": SHORT[0], "steps": SHORT[1]}
     assert results["environment"]["num_threads"] == 1
 
 
@@ -273,30 +277,93 @@ def test_every_arm_learned_within_the_margin_under_the_cap(results):
     assert set(summary) == set(ARMS)
 
 
-# The short arm, re-run: on the machine that wrote the file the run is bit-identical
-# (same seed, one thread); on another CPU training rounds differently and the numbers
-# move. Under tools/simulated_cpu.py's "avx2" and "baseline" profiles the short arm
-# with seed 0 moved its validation loss by at most 0.004 nats and its loss over the
-# last L/4 positions up to L and up to 4 L by at most 0.007 and 0.008 (issue 25);
-# MARGIN_RERUN is about three times that.
-MARGIN_RERUN = {"valid_loss": 0.012, "loss": 0.025}
+# ============================================================== the short arm
+
+# How far the short arm may move on another CPU. On the machine that recorded it the
+# re-run is bit-identical (same seed, one thread); elsewhere training rounds otherwise
+# and the numbers move. Measured with seeds 0 and 1: tools/simulated_cpu.py's "avx2"
+# profile gave the recorded numbers exactly (the recording machine is an AVX2 one); its
+# "baseline" profile moved the validation loss by at most 6.8e-4 nats, the per-position
+# losses (means over L/4 positions up to L and 4 L) by 2.6e-4 and the accuracies by
+# 1.3e-3. The main runs, recorded on an AVX-512 machine, differ from the short runs at
+# step 100 by at most 6.4e-4 nats (all five seeds). Each tolerance is about three times
+# the largest.
+SHORT_TOLERANCE = {"valid_loss": 0.002, "loss": 0.002, "accuracy": 0.004}
+
+
+def test_results_file_records_the_short_arm(results):
+    """The short arm: SHORT's scheme and steps with every seed, the environment it was
+    measured in, and its runs the first steps of that scheme's main runs (the schedule
+    and the batch order do not depend on the number of steps)."""
+    scheme, steps = SHORT
+    arm = results["short_arm"]
+    assert (arm["position_scheme"], arm["steps"]) == (scheme, steps)
+    assert arm["environment"]["num_threads"] == 1 and arm["environment"]["cpu_capability"]
+    assert sorted(r["seed"] for r in results["short_runs"]) == list(SEEDS)
+    main_runs = {r["seed"]: r for r in results["runs"] if r["position_scheme"] == scheme}
+    for short in results["short_runs"]:
+        assert short["position_scheme"] == scheme and short["steps"] == steps
+        assert short["valid_curve"] == [[steps, short["valid_loss"]]]
+        (main_loss,) = [loss for step, loss in main_runs[short["seed"]]["valid_curve"]
+                        if step == steps]  # fmt: skip
+        # the same computation, exact on one machine; the main runs were recorded on
+        # another CPU (see the environments), within what CPUs make of it
+        assert abs(short["valid_loss"] - main_loss) <= SHORT_TOLERANCE["valid_loss"]
+
+
+def test_short_only_writes_the_short_arm_into_a_results_file(tmp_path, capsys):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"config": {"a": 1}, "short_arm": None, "runs": [1],
+                                "short_runs": []}))  # fmt: skip
+    block = {"short_arm": {"position_scheme": "alibi", "steps": 3}, "short_runs": [2]}
+    merged = merge_into(path, block)
+    assert list(merged) == ["config", "short_arm", "runs", "short_runs"]  # places kept
+    assert merged["runs"] == [1] and merged["short_runs"] == [2]
+    assert merge_into(tmp_path / "new.json", block) == block
+    with pytest.raises(SystemExit):
+        main(["--short-only", "--short-steps", "0", "--output", str(path)])
+    assert "1 with --short-only" in capsys.readouterr().err
+
+
+def test_summary_of_runs_that_missed_the_target(results):
+    """A run that never came within the margin has no steps_needed: the summary takes
+    the others, and the table shows "-" where none reached it."""
+    missed = json.loads(json.dumps(results))
+    for r in missed["runs"]:
+        if r["position_scheme"] == "rope":
+            r["steps_needed"] = None
+    assert missed["runs"][0]["position_scheme"] == "none"
+    missed["runs"][0]["steps_needed"] = None  # one NoPE run of five
+    summary = summarise(missed)
+    assert all(math.isnan(x) for x in summary["rope"]["steps_needed"])
+    kept = [r["steps_needed"] for r in results["runs"][1:] if r["position_scheme"] == "none"]
+    assert summary["none"]["steps_needed"] == (np.mean(kept), min(kept), max(kept))
+    row = next(line for line in format_table(missed).splitlines() if line.startswith("rope"))
+    assert row.split()[-3:] == ["-", "-", "-"]
 
 
 @pytest.mark.slow
-def test_the_short_arm_reruns_inside_the_recorded_spread(results):
+def test_command_reproduces_the_recorded_short_arm(tmp_path, results):
+    """``python -m mha.translator.lm_lengths`` with the short arm's scheme and steps and
+    seed 0 gives that seed's recorded short run: the recipe, and its numbers within what
+    another CPU makes of them (``SHORT_TOLERANCE``)."""
     scheme, steps = SHORT
-    recorded = results["short_runs"]
-    assert {r["seed"] for r in recorded} == set(SEEDS)
-    fresh = run_one(0, scheme, steps)
-    assert fresh["valid_curve"][-1][0] == steps
-    values = [r["valid_loss"] for r in recorded]
-    margin = MARGIN_RERUN["valid_loss"]
-    assert min(values) - margin <= fresh["valid_loss"] <= max(values) + margin, values
-    # the loss at the training length and at four times it, over the last L/4 tokens
+    path = tmp_path / "short.json"
+    main(["--position-schemes", scheme, "--seeds", "0", "--steps", str(steps),
+          "--short-steps", "0", "--jobs", "1", "--output", str(path)])  # fmt: skip
+    fresh = json.loads(path.read_text())
+    assert fresh["config"] == results["config"] and fresh["data"] == results["data"]
+    (record,) = fresh["runs"]
+    (recorded,) = [r for r in results["short_runs"] if r["seed"] == 0]
+    assert record["valid_curve"][-1][0] == steps == record["steps"]
+    assert abs(record["valid_loss"] - recorded["valid_loss"]) <= SHORT_TOLERANCE["valid_loss"]
+    gap = abs(record["valid_translation_accuracy"] - recorded["valid_translation_accuracy"])
+    assert gap <= SHORT_TOLERANCE["accuracy"]
+    # per position, over the last L/4 tokens up to L and up to 4 L
     size = results["data"]["train_len"]
     for end in (size, 4 * size):
         window = slice(end - size // 4, end)
-        spread = [np.mean(r["loss"][window]) for r in recorded]
-        got = np.mean(fresh["loss"][window])
-        margin = MARGIN_RERUN["loss"]
-        assert min(spread) - margin <= got <= max(spread) + margin, (end, spread, got)
+        for measure, tolerance in (("loss", "loss"), ("accuracy", "accuracy"),
+                                   ("translation_accuracy", "accuracy")):  # fmt: skip
+            got, want = np.mean(record[measure][window]), np.mean(recorded[measure][window])
+            assert abs(got - want) <= SHORT_TOLERANCE[tolerance], (measure, end, got, want)

@@ -3,9 +3,10 @@
 It trains with the defaults of :class:`~mha.translator.training.TrainConfig`
 (``--seed``, ``--steps``, ``--position-scheme``, ``--save PATH`` and ``--progress`` change
 them), prints the exact match on the fixed phrases and on the compositional split
-and, as its last line, ``held-out exact match: <fraction>``. ``--save`` writes a checkpoint with the
-recipe and the scores; the shipped one, ``mha/translator/checkpoints/translator.npz``,
-was written this way.
+and, as its last line, ``held-out exact match: <fraction>``. ``--save`` writes a
+checkpoint with the recipe, the scores, the loss of every step and the environment they
+were measured in; the shipped one, ``mha/translator/checkpoints/translator.npz``, was
+written this way (see :mod:`mha.translator.checkpoint` for its ``short_run``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import asdict
 from mha.transformer import POSITION_SCHEMES
 from mha.translator.checkpoint import save_checkpoint
 from mha.translator.evaluation import evaluate
-from mha.translator.training import TrainConfig, train
+from mha.translator.training import TrainConfig, environment, train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     scores = evaluate(result.translator, result.corpus)
     print(f"trained {config.steps} steps in {result.seconds:.1f} s, seed {config.seed}")
     if args.save:
-        extra = {"train_config": asdict(config), "scores": scores}
+        extra = {"train_config": asdict(config), "scores": scores, "losses": result.losses,
+                 "environment": environment(config.num_threads)}  # fmt: skip
         save_checkpoint(args.save, result.translator, extra=extra)
         print(f"saved {args.save}")
     print(f"fixed phrases exact match: {scores['phrases']:.4f}")

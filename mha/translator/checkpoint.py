@@ -3,9 +3,15 @@
 A checkpoint is one ``.npz`` file (NumPy's zip of arrays): every tensor of the
 model's ``state_dict`` as a float32 array, plus one string array ``__meta__`` holding
 JSON: the model's constructor arguments (its ``config``, all of them), both
-vocabularies and free-form notes (the shipped one records its training recipe and
-scores). It is read with ``np.load(..., allow_pickle=False)``, so loading a
-checkpoint can never run code.
+vocabularies and free-form notes. It is read with ``np.load(..., allow_pickle=False)``,
+so loading a checkpoint can never run code.
+
+The shipped one's notes (``read_metadata(CHECKPOINT)["extra"]``) hold its training
+recipe and scores, and a ``short_run``: what ``python -m mha.translator --steps 100
+--save PATH`` recorded (the loss of each step, the scores, the environment they were
+measured in), which the tests re-run in seconds. Neither the Noam schedule nor the batch
+order depends on the number of steps, so those are the first 100 steps of the shipped
+recipe.
 """
 
 from __future__ import annotations

@@ -40,7 +40,11 @@ read as a run that does not generalise.
 
 The study also trains a short arm (:data:`SHORT`: one scheme, few steps, every seed),
 which ``tests/test_translator_lm_lengths.py`` re-runs in seconds to check that the
-command still reproduces the file. The results (configuration, data settings, the
+command still reproduces the file; the Noam schedule and the batch order do not depend
+on the number of steps, so its runs are the first steps of that scheme's runs.
+``--short-only`` trains the short arm alone and writes its block (with the environment
+it was measured in) into an existing results file, leaving the main runs as they are.
+The results (configuration, data settings, the
 torch version and CPU they were measured with, the command's wall time, the runs'
 total CPU time and the load average before and after (a shared machine makes the wall
 time longer than the CPU time divided by ``--jobs``), and per run the validation curve,
@@ -55,9 +59,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
-import platform
 import re
 import statistics
 import sys
@@ -68,11 +72,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from mha.transformer import POSITION_SCHEMES
-from mha.translator.lengths import comma_list, seed_list
+from mha.translator.lengths import comma_list, merge_into, seed_list
 from mha.translator.lm_training import EVAL_EVERY, STEPS, LMConfig, run_one
+from mha.translator.training import environment
 
 __all__ = [
     "ARMS",
@@ -84,6 +87,7 @@ __all__ = [
     "format_table",
     "main",
     "run",
+    "run_short",
     "summarise",
 ]
 
@@ -96,8 +100,9 @@ ARMS = ("none", "sinusoidal", "rope", "alibi")
 SEEDS = (0, 1, 2, 3, 4)
 #: Nats: how close to the best arm's validation loss every run must come.
 MARGIN = 0.05
-#: The short arm re-run by the slow test: (scheme, steps).
-SHORT = ("alibi", 200)
+#: The short arm, trained with every seed and re-run by the tests: (scheme, steps). At 100
+#: steps the validation translation accuracy is about 0.74 (seed 0): still learning.
+SHORT = ("alibi", 100)
 
 
 def _run_one_task(task: tuple[str, int, int]) -> dict[str, Any]:
@@ -187,12 +192,7 @@ def run(
     bad = [s for s in schemes if s not in POSITION_SCHEMES]
     if bad or not schemes:
         raise ValueError(f"schemes must be some of {POSITION_SCHEMES}, got {list(schemes)}")
-    if not seeds:
-        raise ValueError("seeds is empty; give at least one seed")
-    if short is not None and short[0] not in POSITION_SCHEMES:
-        raise ValueError(
-            f"the short arm's scheme must be one of {POSITION_SCHEMES}, got {short}"
-        )
+    _check_short(short, seeds)
     tasks = [(p, s, steps) for s in seeds for p in schemes]
     short_tasks = [] if short is None else [(short[0], s, short[1]) for s in seeds]
     load_before = os.getloadavg()[0]  # other work on the machine slows the wall time
@@ -202,8 +202,7 @@ def run(
     load_after = os.getloadavg()[0]
     runs, short_runs = records[: len(tasks)], records[len(tasks) :]
     rule = apply_rule(runs) | {"steps": steps, "eval_every": EVAL_EVERY}
-    if short_runs:
-        apply_rule(short_runs)
+    block = _short_block(short, short_runs)
     config = asdict(LMConfig())
     for name in ("seed", "position_scheme", "steps"):
         config[name] = None  # per run
@@ -218,13 +217,9 @@ def run(
         "config": config,
         "data": data | {"adjective_prob": 0.5, "sequence": "<s> (en <sep> es </s>)*"},
         "rule": rule,
-        "short_arm": None if short is None else {"position_scheme": short[0], "steps": short[1]},
-        "environment": {
-            "torch": torch.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "num_threads": config["num_threads"],
+        "short_arm": block["short_arm"],
+        "environment": environment(config["num_threads"]) | {
             "jobs": jobs,
-            "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
             "wall_seconds": round(wall, 1),
             # the runs' own CPU time: the wall time the command needs on `jobs` idle cores
@@ -232,8 +227,39 @@ def run(
             "load_average": [round(load_before, 2), round(load_after, 2)],
         },
         "runs": runs,
-        "short_runs": short_runs,
+        "short_runs": block["short_runs"],
     }
+
+
+def _check_short(short: tuple[str, int] | None, seeds: Sequence[int]) -> None:
+    if not seeds:
+        raise ValueError("seeds is empty; give at least one seed")
+    if short is not None and short[0] not in POSITION_SCHEMES:
+        raise ValueError(
+            f"the short arm's scheme must be one of {POSITION_SCHEMES}, got {short}"
+        )
+
+
+def _short_block(short: tuple[str, int] | None, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``short_arm`` (scheme, steps, and the environment its runs were measured in) and
+    ``short_runs``, with the training rule applied among them."""
+    if short is None:
+        return {"short_arm": None, "short_runs": []}
+    apply_rule(runs)
+    measured = environment(LMConfig.num_threads) | {
+        "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1)
+    }
+    arm = {"position_scheme": short[0], "steps": short[1], "environment": measured}
+    return {"short_arm": arm, "short_runs": runs}
+
+
+def run_short(
+    short: tuple[str, int] = SHORT, seeds: Sequence[int] = SEEDS, jobs: int = 2, log: Any = None
+) -> dict[str, Any]:
+    """The short arm alone, ``short = (scheme, steps)`` with every seed: its block of the
+    results document (``short_arm`` and ``short_runs``; see :func:`run`)."""
+    _check_short(short, seeds)
+    return _short_block(short, _execute([(short[0], s, short[1]) for s in seeds], jobs, log))
 
 
 # ---------------------------------------------------------------------- the table
@@ -251,7 +277,8 @@ def window(values: Sequence[float | None], end: int, width: int) -> float:
 def summarise(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float, float]]]:
     """Mean, min and max over seeds, per scheme, of ``valid_loss``, ``steps_needed`` and,
     for every column ``c`` of :data:`COLUMNS`, ``loss@c``, ``accuracy@c`` and
-    ``translation@c`` (mean over the last L/4 positions up to there)."""
+    ``translation@c`` (mean over the last L/4 positions up to there). ``steps_needed``
+    is over the runs that reached the target (NaN if none did)."""
     size = results["data"]["train_len"]
     values: dict[str, dict[str, list[float]]] = {}
     for record in results["runs"]:
@@ -264,9 +291,15 @@ def summarise(results: dict[str, Any]) -> dict[str, dict[str, tuple[float, float
                 value = window(record[measure], multiple * size, size // 4)
                 row.setdefault(f"{name}@{column}", []).append(value)
     return {
-        scheme: {m: (statistics.fmean(v), min(v), max(v)) for m, v in row.items()}
+        scheme: {m: _mean_min_max([x for x in v if x is not None]) for m, v in row.items()}
         for scheme, row in values.items()
     }
+
+
+def _mean_min_max(values: list[float]) -> tuple[float, float, float]:
+    if not values:  # no run reached the target
+        return math.nan, math.nan, math.nan
+    return statistics.fmean(values), min(values), max(values)
 
 
 def format_table(results: dict[str, Any]) -> str:
@@ -283,7 +316,7 @@ def format_table(results: dict[str, Any]) -> str:
     ]
     for scheme, row in summary.items():
         val = " ".join(f"{x:.3f}" for x in row["valid_loss"])
-        steps = " ".join(f"{x:.0f}" for x in row["steps_needed"])
+        steps = " ".join("-" if math.isnan(x) else f"{x:.0f}" for x in row["steps_needed"])
         lines.append(f"{scheme:<12}{val:<22}{steps}")
     for title, name in (("next-token loss (nats)", "loss"),
                         ("translation accuracy", "translation"),
@@ -319,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=STEPS, help=f"default {STEPS}")
     parser.add_argument("--short-steps", type=int, default=SHORT[1],
                         help=f"steps of the short {SHORT[0]} arm (default {SHORT[1]}; 0: none)")
+    parser.add_argument("--short-only", action="store_true",
+                        help="train the short arm alone and write it into --output, keeping "
+                        "the file's main runs")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     parser.add_argument("--output", type=Path, default=RESULTS,
                         help=f"results file (default {RESULTS})")  # fmt: skip
@@ -326,14 +362,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad = [p for p in args.position_schemes if p not in POSITION_SCHEMES]
     if bad:
         parser.error(f"--position-schemes: {bad} not among {list(POSITION_SCHEMES)}")
-    if args.jobs < 1 or args.steps < 1 or args.short_steps < 0:
-        parser.error("--jobs and --steps must be at least 1, --short-steps at least 0")
+    if args.jobs < 1 or args.steps < 1 or args.short_steps < 0 or (
+        args.short_only and not args.short_steps
+    ):
+        parser.error("--jobs and --steps must be at least 1, --short-steps at least 0 "
+                     "(1 with --short-only)")  # fmt: skip
     short = (SHORT[0], args.short_steps) if args.short_steps else None
-    results = run(args.position_schemes, args.seeds, args.steps, short, args.jobs, log=sys.stderr)
+    if args.short_only:
+        block = run_short(short, args.seeds, args.jobs, log=sys.stderr)
+        results = merge_into(args.output, block)
+    else:
+        results = run(args.position_schemes, args.seeds, args.steps, short, args.jobs,
+                      log=sys.stderr)  # fmt: skip
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(dumps(results))
     print(f"wrote {args.output}\n")
-    print(format_table(results))
+    if results.get("runs"):
+        print(format_table(results))
     return 0
 
 

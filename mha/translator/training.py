@@ -17,6 +17,7 @@ changes.)
 
 from __future__ import annotations
 
+import platform
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ __all__ = [
     "TrainResult",
     "build_model",
     "encode_examples",
+    "environment",
     "fit",
     "noam_lr",
     "sequence_loss",
@@ -191,6 +193,18 @@ def encode_examples(
     src = torch.tensor([r + [src_vocab.pad_id] * (S - len(r)) for r in src_rows])  # (N, S)
     tgt = torch.tensor([r + [tgt_vocab.pad_id] * (T + 1 - len(r)) for r in tgt_rows])  # (N, T+1)
     return src, tgt[:, :-1], tgt[:, 1:]  # shift by one: input <s>..y_n, output y_1..</s>
+
+
+def environment(num_threads: int) -> dict[str, object]:
+    """Where a training run's numbers come from: the torch version, the CPU capability
+    its kernels were chosen for, the thread count and Python (results files and
+    checkpoints record it, since training results differ from CPU to CPU)."""
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "num_threads": num_threads,
+        "python": platform.python_version(),
+    }
 
 
 def build_model(config: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
