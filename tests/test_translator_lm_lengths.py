@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from mha.translator.grammar import sample_sentence
-from mha.translator.lengths import merge_into
 from mha.translator.lm_data import (
     SEP,
     generate_lm_data,
@@ -38,6 +37,7 @@ from mha.translator.lm_lengths import (
 )
 from mha.translator.lm_model import CausalLM
 from mha.translator.lm_training import LMConfig, evaluate_positions
+from mha.translator.study import merge_into
 from mha.translator.vocab import BOS, EOS
 
 BOOK_WIDTH = 76  # characters of the site's code box

@@ -23,7 +23,7 @@ and has one module per job:
   :mod:`~mha.translator.lm_training` and :mod:`~mha.translator.lm_lengths`:
   ``python -m mha.translator.lm_lengths``, the same question asked of a causal
   language model (its documents, its model, one run through the same training loop,
-  the study).
+  the study); :mod:`~mha.translator.study`, what the two studies' command lines share.
 
 ``python -m mha.translator`` trains one from scratch and prints its scores.
 The names below are the ones the chapters use, e.g. ``mha.translator.train(config)``.

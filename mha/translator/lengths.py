@@ -51,6 +51,7 @@ from mha.transformer import POSITION_SCHEMES
 from mha.translator.decoding import Translator
 from mha.translator.grammar import Example
 from mha.translator.length_split import LengthSplit, generate_length_split
+from mha.translator.study import comma_list, merge_into, seed_list
 from mha.translator.training import TrainConfig, environment, train
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "format_table",
     "length_config",
     "main",
-    "merge_into",
     "run",
     "run_one",
     "run_short",
@@ -292,15 +292,6 @@ def run_short(
     return {"short_arm": arm, "short_runs": runs}
 
 
-def merge_into(path: Path, block: dict[str, Any]) -> dict[str, Any]:
-    """The results document at ``path`` (empty if there is none) with the entries of
-    ``block`` put in, each in its old place if it had one: how ``--short-only``
-    records a short arm beside main runs measured before."""
-    document = json.loads(path.read_text()) if path.exists() else {}
-    document.update(block)
-    return document
-
-
 def run(
     schemes: Sequence[str] = ARMS,
     seeds: Sequence[int] = SEEDS,
@@ -418,22 +409,6 @@ def format_table(results: dict[str, Any]) -> str:
     for scheme, row in summary.items():
         lines.append(f"{scheme:<19}" + "".join(f"{row[n][0]:>7.3f}" for n in lengths))
     return "\n".join(lines)
-
-
-def comma_list(text: str) -> list[str]:
-    """An argparse type: ``"a, b"`` -> ``["a", "b"]`` (both length studies use it)."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list: {text!r}")
-    return items
-
-
-def seed_list(text: str) -> list[int]:
-    """An argparse type: ``"0,1,2"`` -> ``[0, 1, 2]``."""
-    try:
-        return [int(t) for t in comma_list(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of seeds: {text!r}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -73,8 +73,8 @@ from pathlib import Path
 from typing import Any
 
 from mha.transformer import POSITION_SCHEMES
-from mha.translator.lengths import comma_list, merge_into, seed_list
 from mha.translator.lm_training import EVAL_EVERY, STEPS, LMConfig, run_one
+from mha.translator.study import comma_list, merge_into, seed_list
 from mha.translator.training import environment
 
 __all__ = [
