@@ -11,10 +11,11 @@ only those below it:
   tile) and :mod:`mha.cost` (what a KV cache costs and saves);
 * beside it, the PyTorch layers: :mod:`mha.modules` (``MultiHeadAttention``),
   :mod:`mha.kv_cache_torch`, :mod:`mha.positional_torch` (RoPE, ALiBi),
-  :mod:`mha.layers` (feed-forward, encoder and decoder layers), :mod:`mha.token_masks`
-  and :mod:`mha.transformer`. They never import the specification's attention, so
-  that the tests comparing the two compare independent code; the one import across
-  is the Transformer's sinusoidal table, data read from :mod:`mha.positional`;
+  :mod:`mha.layers` (feed-forward, encoder and decoder layers), :mod:`mha.masks_torch`
+  (the masks in torch) and :mod:`mha.transformer`. They never import the
+  specification's attention, so that the tests comparing the two compare independent
+  code; the one import across is the models' sinusoidal table, data read from
+  :mod:`mha.positional`;
 * above both: :mod:`mha.convert` (weights between the specification, our modules and
   ``torch.nn``), :mod:`mha.gqa_pooling` (grouped-query attention by mean-pooling a
   trained module), :mod:`mha.draw` (figures from real arrays), :mod:`mha.exercises`

@@ -82,7 +82,7 @@ def check_rope_head_dim(d_model: int, num_heads: int) -> None:
     (a remainder of ``d_model / num_heads`` is :func:`check_divisible`'s to report)."""
     if d_model % num_heads == 0 and d_model // num_heads % 2:
         raise ValueError(
-            f"positions='rope' rotates pairs of dimensions: head_dim = d_model / "
+            f"position_scheme='rope' rotates pairs of dimensions: head_dim = d_model / "
             f"num_heads = {d_model // num_heads} must be even (d_model={d_model}, "
             f"num_heads={num_heads})"
         )

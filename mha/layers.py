@@ -110,7 +110,9 @@ class EncoderLayer(nn.Module):
             bool, True = may attend, broadcastable to ``(B, H, S, S)`` (usually source
             padding ``(B, 1, 1, S)``).
         need_weights : bool
-            Return the self-attention weights ``(B, H, S, S)``.
+            Return the self-attention weights ``(B, H, S, S)``. Default False (the fast
+            path), as everywhere inside a model; only :class:`MultiHeadAttention`
+            defaults to True, as ``torch.nn.MultiheadAttention`` does.
         score_bias, rope_positions : Tensor, optional
             Positions inside the self-attention (ALiBi's bias ``(H, S, S)``, RoPE's
             positions ``(S,)``): see :meth:`MultiHeadAttention.forward`.
@@ -191,7 +193,9 @@ class DecoderLayer(nn.Module):
         cross_mask : Tensor, optional
             bool, broadcastable to ``(B, H, T, S)`` (source padding ``(B, 1, 1, S)``).
         need_weights : bool
-            Return the attention weights.
+            Return the attention weights. Default False (the fast path), as everywhere
+            inside a model; only :class:`MultiHeadAttention` defaults to True, as
+            ``torch.nn.MultiheadAttention`` does.
         cache : (KVCache, KVCache), optional
             The self-attention cache of the earlier positions, and the (fixed) cache
             of the projected memory; ``x`` then holds the new positions only.

@@ -245,6 +245,8 @@ class MultiHeadAttention(nn.Module):
             bool, True = may attend, broadcastable to ``(B, H, T, S)`` — e.g. ``(T, S)``
             causal, ``(B, 1, 1, S)`` key padding, ``(B, 1, T, S)`` both.
         need_weights : bool
+            Default True, as in ``torch.nn.MultiheadAttention``, which this module
+            mirrors (the layers and the Transformer default to False: see there).
             True: the explicit path, which computes and returns the weights. False:
             the fast path, ``F.scaled_dot_product_attention``, which never builds the
             ``(B, H, T, S)`` weights and returns None for them. Projected queries or

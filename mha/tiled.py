@@ -2,17 +2,18 @@
 
 :func:`mha.scaled_dot_product_attention` builds the whole ``(T, S)`` matrix of scores
 before its softmax, so its memory grows with ``T * S``. FlashAttention (Dao et al.,
-2022) never holds that matrix. It walks blocks of queries and, for each, blocks of
-keys, and keeps three running quantities per query row over the keys seen so far (the
-"online softmax" of Milakov and Gimelshein, 2018):
+2022) never holds that matrix. It walks it tile by tile (a tile: ``tile_size`` queries
+by ``tile_size`` keys), one row of tiles at a time and left to right within a row, and
+keeps three running quantities per query over the keys seen so far (the "online
+softmax" of Milakov and Gimelshein, 2018):
 
 * ``m``, the largest scaled score,
 * ``l``, the sum of ``exp(score - m)``,
 * ``acc``, the sum of ``exp(score - m) * value``: the context before dividing by ``l``.
 
-When a new block raises the maximum from ``m`` to ``m'``, everything summed so far was
+When a new tile raises the maximum from ``m`` to ``m'``, everything summed so far was
 measured against the old maximum; multiplying ``l`` and ``acc`` by ``exp(m - m')``
-re-measures it against the new one. After the last block, ``context = acc / l``, and
+re-measures it against the new one. After the row's last tile, ``context = acc / l``, and
 ``m + log(l)`` is the row's log-sum-exp, ``log sum_s exp(score_s)``: all a backward
 pass needs to rebuild the weights, so the weights are never stored either.
 
@@ -42,7 +43,8 @@ __all__ = ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memor
 
 @dataclass(frozen=True, eq=False)
 class TileStep:
-    """One tile of :func:`flash_attention`: a block of queries against a block of keys.
+    """One tile of :func:`flash_attention`: up to ``tile_size`` queries against up to
+    ``tile_size`` keys.
 
     Attributes
     ----------
@@ -66,7 +68,7 @@ class TileStep:
 
 class RowHistory(NamedTuple):
     """The running statistics of one query row, tile by tile (one entry per tile of
-    its query block, in the order processed). Ready to plot against ``key_stop``."""
+    its row of tiles, in the order processed). Ready to plot against ``key_stop``."""
 
     key_stop: np.ndarray  # (n,) keys 0..key_stop-1 have been seen after the tile
     skipped: np.ndarray  # (n,) bool
@@ -78,11 +80,11 @@ class RowHistory(NamedTuple):
 class TileTrace:
     """What :func:`flash_attention` did, tile by tile; pass one as ``trace=``.
 
-    Each call clears it and then appends a :class:`TileStep` per tile, query blocks in
-    order and, within one, key blocks in order.
+    Each call clears it and then appends a :class:`TileStep` per tile: the rows of tiles
+    top to bottom and, within one, its tiles left to right.
     """
 
-    block_size: int = 0
+    tile_size: int = 0
     num_queries: int = 0  # T
     num_keys: int = 0  # S
     steps: list[TileStep] = field(default_factory=list)
@@ -116,14 +118,14 @@ def flash_attention(
     v: Any,
     mask: Any | None = None,
     *,
-    block_size: int = 64,
+    tile_size: int = 64,
     causal: bool = False,
     trace: TileTrace | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scaled dot-product attention computed tile by tile, never holding ``(T, S)`` scores.
 
     Equal to ``mha.scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding, but
-    at most a ``(block_size, block_size)`` tile of scores exists at any time.
+    at most a ``(tile_size, tile_size)`` tile of scores exists at any time.
 
     Parameters
     ----------
@@ -133,8 +135,8 @@ def flash_attention(
     mask : bool array_like, optional
         **True = may attend**, broadcastable to ``(..., T, S)`` as in
         :func:`mha.scaled_dot_product_attention`; each tile reads its own slice.
-    block_size : int
-        Queries and keys per tile (the last block may be shorter).
+    tile_size : int
+        Queries and keys per tile (the last row and column of tiles may be smaller).
     causal : bool
         Query ``t`` may attend to keys ``0..t + S - T`` only: the diagonal aligned to the
         bottom right, as in ``mha.causal_mask(T, num_keys=S)`` (needs ``S >= T``).
@@ -153,13 +155,13 @@ def flash_attention(
     Raises
     ------
     ValueError
-        If ``block_size`` is not a positive integer, the shapes of ``q``, ``k``, ``v``
+        If ``tile_size`` is not a positive integer, the shapes of ``q``, ``k``, ``v``
         disagree, ``mask`` is not boolean or does not broadcast to ``(..., T, S)``, or
         ``causal`` is set with ``S < T``.
     """
     q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
     check_qkv(q, k, v)
-    block_size = check_positive_int(block_size, "block_size")
+    tile_size = check_positive_int(tile_size, "tile_size")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     if trace is not None and not isinstance(trace, TileTrace):
@@ -176,44 +178,44 @@ def flash_attention(
         check_mask_shape(mask, (*lead, T, S))
         mask = np.broadcast_to(mask, (*lead, T, S))  # a view: nothing of size T x S is copied
     if trace is not None:
-        trace.block_size, trace.num_queries, trace.num_keys = block_size, T, S
+        trace.tile_size, trace.num_queries, trace.num_keys = tile_size, T, S
         trace.steps.clear()
 
     dtype = np.result_type(q, k, v)
     context = np.empty((*lead, T, Dv), dtype)
     logsumexp = np.empty((*lead, T), dtype)
-    for q0 in range(0, T, block_size):
-        q1 = min(q0 + block_size, T)
-        q_block = q[..., q0:q1, :]  # (..., Bq, Dh)
+    for q0 in range(0, T, tile_size):  # one row of tiles: queries q0..q1-1
+        q1 = min(q0 + tile_size, T)
+        q_tile = q[..., q0:q1, :]  # (..., t, Dh): t <= tile_size queries
         row_max = np.full((*lead, q1 - q0), -np.inf, dtype)  # m
         row_sum = np.zeros((*lead, q1 - q0), dtype)  # l
         acc = np.zeros((*lead, q1 - q0, Dv), dtype)  # unnormalised context
-        for k0 in range(0, S, block_size):
-            k1 = min(k0 + block_size, S)
-            # Causal: even the block's last query (q1 - 1) sees only keys up to
-            # q1 - 1 + S - T. A key block starting after that is blocked entirely.
+        for k0 in range(0, S, tile_size):  # its tiles, left to right: keys k0..k1-1
+            k1 = min(k0 + tile_size, S)
+            # Causal: even the row's last query (q1 - 1) sees only keys up to
+            # q1 - 1 + S - T. A tile whose keys start after that is masked entirely.
             skipped = causal and k0 > q1 - 1 + S - T
             if not skipped:
                 # 1. Scores of this tile only.
-                k_block = np.swapaxes(k[..., k0:k1, :], -1, -2)  # (..., Dh, Bk)
-                scores = q_block @ k_block / math.sqrt(head_dim)  # (..., Bq, Bk)
+                k_tile = np.swapaxes(k[..., k0:k1, :], -1, -2)  # (..., Dh, s): s keys
+                scores = q_tile @ k_tile / math.sqrt(head_dim)  # (..., t, s)
                 # 2. Blocked pairs get -inf, hence weight exp(-inf) = 0.
                 allowed = None if mask is None else mask[..., q0:q1, k0:k1]
                 if causal:
-                    # (Bk,) <= (Bq, 1) -> (Bq, Bk): key s is at or below query t's diagonal
+                    # (s,) <= (t, 1) -> (t, s): key j is at or below query i's diagonal
                     below = np.arange(k0, k1) <= np.arange(q0, q1)[:, None] + S - T
                     allowed = below if allowed is None else allowed & below
                 if allowed is not None:
                     scores = np.where(allowed, scores, -np.inf)
                 # 3. The new running maximum. Rows that have allowed nothing yet keep
                 #    -inf; they are shifted by 0 instead, so no inf - inf is computed.
-                new_max = np.maximum(row_max, scores.max(axis=-1))  # (..., Bq)
+                new_max = np.maximum(row_max, scores.max(axis=-1))  # (..., t)
                 shift = np.where(np.isneginf(new_max), 0.0, new_max)
                 # 4. Re-measure the old sums against the new maximum, then add this tile.
-                rescale = np.exp(row_max - shift)  # (..., Bq), 1 if the max did not grow
-                p = np.exp(scores - shift[..., None])  # (..., Bq, Bk)
+                rescale = np.exp(row_max - shift)  # (..., t), 1 if the max did not grow
+                p = np.exp(scores - shift[..., None])  # (..., t, s)
                 row_sum = rescale * row_sum + p.sum(axis=-1)
-                # (..., Bq, Bk) @ (..., Bk, Dv) -> (..., Bq, Dv)
+                # (..., t, s) @ (..., s, Dv) -> (..., t, Dv)
                 acc = rescale[..., None] * acc + p @ v[..., k0:k1, :]
                 row_max = new_max
             if trace is not None:

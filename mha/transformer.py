@@ -1,6 +1,6 @@
 """The encoder-decoder Transformer of "Attention Is All You Need".
 
-The whole model: embeddings, the positions, the encoder and decoder stacks of
+The whole model: embeddings, the position scheme, the encoder and decoder stacks of
 :mod:`mha.layers`, and the output layer, with a KV cache for decoding. Positions are
 the paper's sinusoidal table (read from the specification's :mod:`mha.positional`:
 the one place a torch module imports the specification, for data, not for the
@@ -20,18 +20,24 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from mha._checks import check_non_negative_int, check_positive_int, check_rope_head_dim
+from mha._checks import (
+    check_divisible,
+    check_non_negative_int,
+    check_positive_int,
+    check_rope_head_dim,
+)
 from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
+from mha.masks_torch import check_token_ids, source_mask, target_mask
 from mha.positional import sinusoidal_positional_encoding
 from mha.positional_torch import alibi_bias, alibi_bias_directional
-from mha.token_masks import check_token_ids, source_mask, target_mask
 
-__all__ = ["POSITIONS", "AttentionMaps", "Transformer"]
+__all__ = ["POSITION_SCHEMES", "AttentionMaps", "TokenModel", "Transformer"]
 
 
-#: The position schemes a :class:`Transformer` can use (its ``positions`` argument).
-POSITIONS = ("sinusoidal", "rope", "alibi", "alibi_directional")
+#: Where a model learns the order of its tokens: the ``position_scheme`` argument of every
+#: :class:`TokenModel` (the :class:`Transformer`, the translator's causal LM).
+POSITION_SCHEMES = ("none", "sinusoidal", "rope", "alibi", "alibi_directional")
 
 
 @dataclass
@@ -53,7 +59,113 @@ class AttentionMaps:
     cross: list[Tensor]
 
 
-class Transformer(nn.Module):
+class TokenModel(nn.Module):
+    """What every model here shares: token embeddings and one position scheme.
+
+    A base class: :class:`Transformer` and ``mha.translator.lm_model.CausalLM`` extend
+    it with their layers. It checks the shared arguments, builds the embeddings
+    (:meth:`_new_embeddings`), embeds a batch of token ids (:meth:`_embed`) and gives a
+    self-attention its position inputs (:meth:`_position_inputs`).
+
+    Parameters
+    ----------
+    d_model, num_heads : int
+        Width and heads of every attention (``d_model`` divisible by ``num_heads``).
+    max_len : int
+        Rows of the sinusoidal table: with ``"sinusoidal"`` the longest input; the
+        other schemes take any length.
+    position_scheme : str
+        One of :data:`POSITION_SCHEMES`:
+        ``"none"`` (NoPE: no position information but what a causal mask gives),
+        ``"sinusoidal"`` (the paper: a fixed table added to the embeddings),
+        ``"rope"`` (RoPE: the queries and keys of every self-attention rotated by their
+        positions, :func:`mha.positional_torch.apply_rope`; needs an even head_dim),
+        ``"alibi"`` (ALiBi: ``-slope * distance`` added to the self-attention scores,
+        :func:`mha.positional_torch.alibi_bias`, symmetric where attention looks both
+        ways and causal where it is causal) or ``"alibi_directional"`` (the same, but
+        attention that looks both ways gets different slopes to the left and to the
+        right, :func:`mha.positional_torch.alibi_bias_directional`, so it tells a
+        sentence from its mirror image; causal attention gets plain ALiBi). Only
+        ``"sinusoidal"`` touches the embeddings; cross-attention never gets position
+        information (its queries and keys come from two different sequences).
+
+    Notes
+    -----
+    Embeddings are multiplied by ``sqrt(d_model)`` (as in the paper) and initialised with
+    standard deviation ``d_model**-0.5``, so the scaled embedding has entries of size ~1,
+    like the sinusoidal encoding they are added to. Initialised at N(0, 1), the scaled
+    embedding would be ``sqrt(d_model)`` times larger and drown the position signal.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, max_len: int, position_scheme: str):
+        super().__init__()
+        self.d_model = check_positive_int(d_model, "d_model")
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.max_len = check_positive_int(max_len, "max_len")
+        if not isinstance(position_scheme, str) or position_scheme not in POSITION_SCHEMES:
+            raise ValueError(
+                f"position_scheme must be one of {POSITION_SCHEMES}, got {position_scheme!r}"
+            )
+        check_divisible(self.d_model, self.num_heads)
+        if position_scheme == "rope":
+            check_rope_head_dim(self.d_model, self.num_heads)
+        self.position_scheme = position_scheme
+        # A function of (max_len, d_model) only: a buffer (moves with .to()), not a
+        # parameter, and not saved in checkpoints. None unless "sinusoidal".
+        encoding = None
+        if position_scheme == "sinusoidal":
+            table = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
+            encoding = table.to(torch.get_default_dtype())
+        self.register_buffer("positional_encoding", encoding, persistent=False)
+
+    def _new_embeddings(self, *vocab_sizes: int) -> list[nn.Embedding]:
+        """One embedding per vocabulary, all built, then all initialised at
+        ``N(0, d_model**-0.5)`` (in this order: it fixes which random numbers each gets)."""
+        embeddings = [nn.Embedding(size, self.d_model) for size in vocab_sizes]
+        for embedding in embeddings:
+            nn.init.normal_(embedding.weight, mean=0.0, std=self.d_model**-0.5)
+        return embeddings
+
+    def _embed(
+        self, tokens: Tensor, embedding: nn.Embedding, name: str, start: int = 0
+    ) -> Tensor:
+        """Embed ``tokens[:, start:]``, which sit at positions ``start, start + 1, ...``:
+        ``(B, L)`` ids -> ``(B, L - start, D)``, scaled, plus the table's rows."""
+        check_token_ids(tokens, name)
+        length = tokens.shape[1]
+        if self.positional_encoding is not None and length > self.max_len:
+            raise ValueError(
+                f"{name} has length {length} > max_len={self.max_len} (shape {tuple(tokens.shape)})"
+            )
+        # (B, L) -> (B, L, D), plus (L, D) broadcast over the batch
+        x = embedding(tokens[:, start:]) * math.sqrt(self.d_model)
+        if self.positional_encoding is not None:  # the other schemes act in attention
+            x = x + self.positional_encoding[start:length]
+        return x
+
+    def _position_inputs(
+        self, size: int, num_keys: int, causal: bool, x: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """``(score_bias, rope_positions)`` for a self-attention whose queries are the
+        last ``size`` of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's
+        positions ``(T,)`` (absolute, so a cached decoder rotates each new query at its
+        place); neither for NoPE, nor for the sinusoidal table, which is already in
+        ``x``."""
+        score_bias = rope_positions = None
+        if self.position_scheme == "alibi_directional" and not causal and size > 0:
+            score_bias = alibi_bias_directional(
+                self.num_heads, size, dtype=x.dtype, device=x.device
+            )  # (H, T, T): attention that looks both ways
+        elif self.position_scheme.startswith("alibi") and size > 0:  # no new position: no bias
+            score_bias = alibi_bias(
+                self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
+            )  # (H, T, S)
+        elif self.position_scheme == "rope":
+            rope_positions = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
+        return score_bias, rope_positions
+
+
+class Transformer(TokenModel):
     """The encoder-decoder Transformer of "Attention Is All You Need", small by default.
 
     Parameters
@@ -67,26 +179,18 @@ class Transformer(nn.Module):
     dropout : float
         Dropout after the embeddings and inside every layer.
     max_len : int
-        Longest source or target sequence (size of the positional-encoding table).
+        Rows of the sinusoidal table (the longest source or target with
+        ``"sinusoidal"``); greedy decoding writes at most ``max_len - 1`` tokens.
     pad_id : int
         Padding token id in both vocabularies; masks are derived from it.
     norm_first : bool
         Pre-norm layers (plus a final LayerNorm after each stack).
     layer_norm_eps : float
         LayerNorm epsilon.
-    positions : str
-        Where the model learns the order of the tokens, one of :data:`POSITIONS`:
-        ``"sinusoidal"`` (the paper: a fixed table added to the embeddings),
-        ``"rope"`` (RoPE: the queries and keys of every self-attention rotated by their
-        positions, :func:`mha.positional_torch.apply_rope`; needs an even head_dim) or
-        ``"alibi"`` (ALiBi: ``-slope * distance`` added to the self-attention scores,
-        :func:`mha.positional_torch.alibi_bias`, symmetric in the encoder and causal in the
-        decoder) or ``"alibi_directional"`` (the same, but the encoder's bias has
-        different slopes to the left and to the right,
-        :func:`mha.positional_torch.alibi_bias_directional`, so it tells a sentence from
-        its mirror image). With RoPE and ALiBi no table is added to the embeddings, and the
-        cross-attention gets no position information (its queries and keys come from
-        two different sequences).
+    position_scheme : str
+        Where the model learns the order of the tokens, one of :data:`POSITION_SCHEMES` (see
+        :class:`TokenModel`): in the encoder's self-attention, which looks both ways,
+        and in the decoder's, which is causal.
 
     Attributes
     ----------
@@ -97,10 +201,7 @@ class Transformer(nn.Module):
 
     Notes
     -----
-    Embeddings are multiplied by ``sqrt(d_model)`` (as in the paper) and initialised with
-    standard deviation ``d_model**-0.5``, so the scaled embedding has entries of size ~1,
-    like the sinusoidal encoding they are added to. Initialised at N(0, 1), the scaled
-    embedding would be ``sqrt(d_model)`` times larger and drown the position signal.
+    Embeddings: see :class:`TokenModel`.
     """
 
     def __init__(
@@ -117,59 +218,41 @@ class Transformer(nn.Module):
         pad_id: int = 0,
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
-        positions: str = "sinusoidal",
+        position_scheme: str = "sinusoidal",
     ):
-        super().__init__()
         # Refuse floats and bools (True would silently mean one layer, or a vocabulary
         # of one word) before they reach nn.Embedding, range() or nn.Linear.
         src_vocab_size = check_positive_int(src_vocab_size, "src_vocab_size")
         tgt_vocab_size = check_positive_int(tgt_vocab_size, "tgt_vocab_size")
-        d_model = check_positive_int(d_model, "d_model")
-        num_heads = check_positive_int(num_heads, "num_heads")
         num_encoder_layers = check_non_negative_int(num_encoder_layers, "num_encoder_layers")
         num_decoder_layers = check_non_negative_int(num_decoder_layers, "num_decoder_layers")
         d_ff = check_positive_int(d_ff, "d_ff")
-        max_len = check_positive_int(max_len, "max_len")
         pad_id = check_non_negative_int(pad_id, "pad_id")
-        if not isinstance(positions, str) or positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
-        if positions == "rope":
-            check_rope_head_dim(d_model, num_heads)
+        super().__init__(d_model, num_heads, max_len, position_scheme)
+        d_model = self.d_model
         # The architecture is recorded as given, not read back from the submodules later
         # (which once forgot layer_norm_eps). Plain Python types: it goes into JSON.
         self.config: dict[str, object] = {
             "src_vocab_size": src_vocab_size,
             "tgt_vocab_size": tgt_vocab_size,
             "d_model": d_model,
-            "num_heads": num_heads,
+            "num_heads": self.num_heads,
             "num_encoder_layers": num_encoder_layers,
             "num_decoder_layers": num_decoder_layers,
             "d_ff": d_ff,
             "dropout": float(dropout),
-            "max_len": max_len,
+            "max_len": self.max_len,
             "pad_id": pad_id,
             "norm_first": bool(norm_first),
             "layer_norm_eps": float(layer_norm_eps),
-            "positions": positions,
+            "position_scheme": position_scheme,
         }
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.max_len = max_len
         self.pad_id = pad_id
-        self.positions = positions
-        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
-        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
-        for embedding in (self.src_embedding, self.tgt_embedding):
-            nn.init.normal_(embedding.weight, mean=0.0, std=d_model**-0.5)
-        # A function of (max_len, d_model) only: a buffer (moves with .to()), not a
-        # parameter, and not saved in checkpoints. None with RoPE or ALiBi.
-        encoding = None
-        if positions == "sinusoidal":
-            table = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
-            encoding = table.to(torch.get_default_dtype())
-        self.register_buffer("positional_encoding", encoding, persistent=False)
+        self.src_embedding, self.tgt_embedding = self._new_embeddings(
+            src_vocab_size, tgt_vocab_size
+        )
         self.embedding_dropout = nn.Dropout(dropout)
-        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, layer_norm_eps)
+        layer_args = (d_model, self.num_heads, d_ff, dropout, norm_first, layer_norm_eps)
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(*layer_args) for _ in range(num_encoder_layers)
         )
@@ -186,56 +269,24 @@ class Transformer(nn.Module):
             self.decoder_norm = nn.Identity()
         self.output = nn.Linear(d_model, tgt_vocab_size)
 
-    def _embed(
-        self, tokens: Tensor, embedding: nn.Embedding, name: str, start: int = 0
-    ) -> Tensor:
-        """Embed ``tokens[:, start:]``, which sit at positions ``start, start + 1, ...``."""
-        check_token_ids(tokens, name)
-        length = tokens.shape[1]
-        if length > self.max_len:
-            raise ValueError(
-                f"{name} has length {length} > max_len={self.max_len} (shape {tuple(tokens.shape)})"
-            )
-        # (B, L) -> (B, L, D), plus (L, D) broadcast over the batch
-        x = embedding(tokens[:, start:]) * math.sqrt(self.d_model)
-        if self.positional_encoding is not None:  # RoPE and ALiBi act in attention
-            x = x + self.positional_encoding[start:length]
-        return self.embedding_dropout(x)
-
-    def _position_inputs(
-        self, size: int, num_keys: int, causal: bool, x: Tensor
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """``(score_bias, rope_positions)`` for a self-attention whose queries are the
-        last ``size`` of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's
-        positions ``(T,)`` (absolute, so a cached decoder rotates each new query at its
-        place); neither for the sinusoidal table, which is already in ``x``."""
-        score_bias = rope_positions = None
-        if self.positions == "alibi_directional" and not causal and size > 0:
-            score_bias = alibi_bias_directional(
-                self.num_heads, size, dtype=x.dtype, device=x.device
-            )  # (H, T, T): the encoder, which attends both ways
-        elif self.positions.startswith("alibi") and size > 0:  # no new position: no bias
-            score_bias = alibi_bias(
-                self.num_heads, size, num_keys, causal, dtype=x.dtype, device=x.device
-            )  # (H, T, S)
-        elif self.positions == "rope":
-            rope_positions = torch.arange(num_keys - size, num_keys, device=x.device)  # (T,)
-        return score_bias, rope_positions
-
     def new_cache(self) -> list[tuple[KVCache, KVCache]]:
         """Empty caches for :meth:`decode`: per decoder layer, one for the growing
         self-attention keys and values, one (``fixed``) for the projected memory."""
         return [(KVCache(), KVCache(fixed=True)) for _ in self.decoder_layers]
 
-    def encode(self, src: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        """Run the encoder.
+    def encode(
+        self, src: Tensor, *, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Run the encoder. Options after the tensors are passed by keyword.
 
         Parameters
         ----------
         src : Tensor
             ``(B, S)`` source token ids (``pad_id`` for padding).
         need_weights : bool
-            Collect each layer's self-attention weights.
+            Collect each layer's self-attention weights. Default False, as in the
+            layers (only :class:`~mha.modules.MultiHeadAttention` defaults to True, as
+            ``torch.nn.MultiheadAttention`` does).
 
         Returns
         -------
@@ -244,7 +295,7 @@ class Transformer(nn.Module):
         enc_weights : list of Tensor
             One ``(B, H, S, S)`` per layer, or empty when ``need_weights`` is False.
         """
-        x = self._embed(src, self.src_embedding, "src")
+        x = self.embedding_dropout(self._embed(src, self.src_embedding, "src"))
         mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
         size = src.shape[1]
         score_bias, rope_positions = self._position_inputs(size, size, causal=False, x=x)
@@ -261,10 +312,12 @@ class Transformer(nn.Module):
         tgt_in: Tensor,
         memory: Tensor,
         src: Tensor,
+        *,
         need_weights: bool = False,
         cache: list[tuple[KVCache, KVCache]] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """Run the decoder and the output projection.
+        """Run the decoder and the output projection. Options after the tensors are
+        passed by keyword.
 
         Parameters
         ----------
@@ -275,7 +328,7 @@ class Transformer(nn.Module):
         src : Tensor
             ``(B, S)`` the source ids, for the cross-attention padding mask.
         need_weights : bool
-            Collect each layer's attention weights.
+            Collect each layer's attention weights (default False, as :meth:`encode`).
         cache : list, optional
             From :meth:`new_cache`, holding the first ``L`` positions of ``tgt_in``
             (the whole prefix is passed every time; its padding is needed for the
@@ -305,7 +358,7 @@ class Transformer(nn.Module):
                 f"tgt_in {tuple(tgt_in.shape)}, src {tuple(src.shape)}"
             )
         start = cache[0][0].length if cache else 0  # positions already cached
-        x = self._embed(tgt_in, self.tgt_embedding, "tgt_in", start)
+        x = self.embedding_dropout(self._embed(tgt_in, self.tgt_embedding, "tgt_in", start))
         self_mask = target_mask(tgt_in, self.pad_id)[:, :, start:]  # (B, 1, T - L, T)
         cross_mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
         size = tgt_in.shape[1]
@@ -325,9 +378,10 @@ class Transformer(nn.Module):
         return logits, self_weights, cross_weights
 
     def forward(
-        self, src: Tensor, tgt_in: Tensor, need_weights: bool = False
+        self, src: Tensor, tgt_in: Tensor, *, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, AttentionMaps]:
-        """Encode ``src`` and decode ``tgt_in`` (teacher forcing).
+        """Encode ``src`` and decode ``tgt_in`` (teacher forcing). Options after the
+        tensors are passed by keyword.
 
         Parameters
         ----------
@@ -336,7 +390,8 @@ class Transformer(nn.Module):
         tgt_in : Tensor
             ``(B, T)`` decoder input ids.
         need_weights : bool
-            Also return every layer's attention weights.
+            Also return every layer's attention weights (default False, as
+            :meth:`encode`).
 
         Returns
         -------

@@ -20,7 +20,7 @@ def fake_results():
         for seed in (0, 1):
             loss = [base + seed + 0.1 * p for p in range(8)]
             accuracy = [None, None] + [1.0 - 0.1 * seed] * 6
-            runs.append({"positions": scheme, "seed": seed, "loss": loss,
+            runs.append({"position_scheme": scheme, "seed": seed, "loss": loss,
                          "accuracy": accuracy, "translation_accuracy": accuracy})  # fmt: skip
     return {"data": {"train_len": 4}, "runs": runs}
 

@@ -24,7 +24,7 @@ from matplotlib.colors import to_rgba
 
 import mha
 from mha import draw
-from mha.draw import flash_trace
+from mha.draw import tile_trace
 from mha.draw.online_softmax import MAX_COLOR, online_softmax_figure
 from mha.notebook import setup_figures
 
@@ -40,13 +40,13 @@ def fmt(x: float) -> str:
     return f"{np.round(x, 2) + 0.0:.2f}"
 
 
-def example(query: int = 3, block_size: int = 4, causal: bool = False, mask=None):
+def example(query: int = 3, tile_size: int = 4, causal: bool = False, mask=None):
     """Seed 9, row 3: the maximum grows in every tile of 4 keys (0.22, 0.82, 1.99)."""
     q, k, v = qkv(T=12, S=12, seed=9)
-    fig = draw.online_softmax_figure(q, k, v, mask, query=query, block_size=block_size,
+    fig = draw.online_softmax_figure(q, k, v, mask, query=query, tile_size=tile_size,
                                      causal=causal)
     trace = mha.TileTrace()
-    mha.flash_attention(q, k, v, mask, block_size=block_size, causal=causal, trace=trace)
+    mha.flash_attention(q, k, v, mask, tile_size=tile_size, causal=causal, trace=trace)
     allowed = np.ones((12, 12), bool) if mask is None else np.broadcast_to(mask, (12, 12))
     if causal:
         allowed = allowed & mha.causal_mask(12)
@@ -74,7 +74,7 @@ def test_online_softmax_figure_draws_the_running_max_and_sum_of_the_trace():
     np.testing.assert_array_equal(history.key_stop, [4, 8, 12])
     m, l_sum = history.running_max, history.running_sum
     assert np.all(np.diff(m) > 0.5)  # the example really rescales, twice
-    assert "Online softmax of query 3: 3 key tiles of block_size = 4" in fig_texts(fig)
+    assert "Online softmax of query 3: 3 key tiles of tile_size = 4" in fig_texts(fig)
     for i in range(3):
         ax_s, ax_e, ax_t = fig.axes[3 * i : 3 * i + 3]
         (line,) = gid(ax_s, "running_max")
@@ -126,17 +126,17 @@ def test_online_softmax_figure_ends_with_the_softmax_of_the_whole_row():
 def test_online_softmax_figure_with_causal_skips_and_blocked_keys():
     # Row 1 of a causal 12 x 12 in tiles of 3: key tiles 2-4 are skipped, and in the
     # one computed tile key 2 is above the diagonal.
-    fig, history, scores = example(query=1, block_size=3, causal=True)
+    fig, history, scores = example(query=1, tile_size=3, causal=True)
     assert list(history.skipped) == [False, True, True, True]
     assert len(fig.axes) == 3 + 2
-    assert ("Online softmax of query 1: 1 key tile of block_size = 3, 3 skipped (above "
+    assert ("Online softmax of query 1: 1 key tile of tile_size = 3, 3 skipped (above "
             "the causal diagonal)") in fig_texts(fig)
     (crosses,) = gid(fig.axes[0], "blocked")
     np.testing.assert_array_equal(crosses.get_offsets()[:, 0], [2])
     x, h = bar_heights(fig.axes[3], "weights")
     assert np.all(h[2:] == 0) and np.isclose(h.sum(), 1.0, rtol=0, atol=1e-12)
     # Row 9: four tiles, the last one partly above the diagonal (keys 10, 11).
-    fig, history, _ = example(query=9, block_size=3, causal=True)
+    fig, history, _ = example(query=9, tile_size=3, causal=True)
     assert len(fig.axes) == 4 * 3 + 2
     (crosses,) = gid(fig.axes[9], "blocked")
     np.testing.assert_array_equal(crosses.get_offsets()[:, 0], [10, 11])
@@ -161,9 +161,9 @@ def test_online_softmax_figure_when_the_first_tile_allows_nothing():
 
 def test_online_softmax_figure_checks_its_claim_on_the_arrays_it_draws(monkeypatch):
     # A tiled attention that is off by 1e-9 must not be drawn as if it were exact.
-    monkeypatch.setattr(flash_trace, "flash_attention", slightly_off)
+    monkeypatch.setattr(tile_trace, "flash_attention", slightly_off)
     with pytest.raises(AssertionError):
-        draw.online_softmax_figure(*qkv(), query=1, block_size=2)
+        draw.online_softmax_figure(*qkv(), query=1, tile_size=2)
 
 
 @pytest.mark.parametrize("shift_max", [False, True])
@@ -179,9 +179,9 @@ def test_online_softmax_figure_checks_the_trace_against_the_scores(monkeypatch, 
                 step.running_max[...] += 1e-3 if shift_max else 0.0
         return out
 
-    monkeypatch.setattr(flash_trace, "flash_attention", wrong_trace)
+    monkeypatch.setattr(tile_trace, "flash_attention", wrong_trace)
     with pytest.raises(AssertionError):
-        draw.online_softmax_figure(*qkv(), query=1, block_size=2)
+        draw.online_softmax_figure(*qkv(), query=1, tile_size=2)
 
 
 @pytest.mark.parametrize(
@@ -189,13 +189,13 @@ def test_online_softmax_figure_checks_the_trace_against_the_scores(monkeypatch, 
     [
         ({"query": 12}, r"query must be an int in \[0, 12\)"),
         ({"query": True}, "query must be an int"),
-        ({"block_size": 1}, "spans 12 computed key tiles, more than 6"),
+        ({"tile_size": 1}, "spans 12 computed key tiles, more than 6"),
         ({"causal": 1}, "causal must be True or False"),
         ({"mask": np.arange(12)[:, None] > 0}, "query row 0 may attend to no key"),
     ],
 )
 def test_online_softmax_figure_rejects_bad_input(kwargs, message):
-    args = {"query": 0, "block_size": 4, **kwargs}
+    args = {"query": 0, "tile_size": 4, **kwargs}
     with pytest.raises(ValueError, match=message):
         draw.online_softmax_figure(*qkv(T=12, S=12), **args)
 
@@ -203,7 +203,7 @@ def test_online_softmax_figure_rejects_bad_input(kwargs, message):
 def test_online_softmax_figure_rejects_batched_input():
     q, k, v = qkv()
     with pytest.raises(ValueError, match=r"v must have shape \(S, Dv\), got shape \(1, 8, 3\)"):
-        draw.online_softmax_figure(q, k, v[None], query=0, block_size=2)
+        draw.online_softmax_figure(q, k, v[None], query=0, tile_size=2)
 
 
 # ------------------------------------------------------------------------ house style
@@ -211,9 +211,9 @@ def test_online_softmax_figure_rejects_batched_input():
 
 BUILDERS = {
     "online": lambda: draw.online_softmax_figure(*qkv(T=12, S=12, seed=9), query=3,
-                                                 block_size=4),
+                                                 tile_size=4),
     "online_causal": lambda: draw.online_softmax_figure(*qkv(T=12, S=12, seed=9), query=9,
-                                                        block_size=3, causal=True),
+                                                        tile_size=3, causal=True),
 }
 
 

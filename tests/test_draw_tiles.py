@@ -25,7 +25,7 @@ from matplotlib.colors import to_rgba
 
 import mha
 from mha import draw
-from mha.draw import flash_trace
+from mha.draw import tile_trace
 from mha.draw.style import BLOCKED_FILL
 from mha.draw.tiles import COMPUTED_FILL, PARTIAL_FILL, SKIPPED_FILL, tiles_figure
 from mha.notebook import setup_figures
@@ -50,11 +50,11 @@ def order_labels(ax: Axes) -> list[tuple[str, tuple[float, float]]]:
 
 def test_tiles_figure_colours_and_numbers_every_tile_of_a_causal_square():
     q, k, v = qkv()
-    fig = draw.tiles_figure(q, k, v, block_size=2)
+    fig = draw.tiles_figure(q, k, v, tile_size=2)
     plain, causal = grid_axes(fig)
     assert (plain.get_title(), causal.get_title()) == ("causal=False", "causal=True")
-    blocks = [(2 * i, 2 * i + 2, 2 * j, 2 * j + 2) for i in range(4) for j in range(4)]
-    assert outlines(plain) == outlines(causal) == blocks  # processing order: row by row
+    tiles = [(2 * i, 2 * i + 2, 2 * j, 2 * j + 2) for i in range(4) for j in range(4)]
+    assert outlines(plain) == outlines(causal) == tiles  # processing order: row by row
     # Without causal masking every pair is computed and allowed.
     np.testing.assert_allclose(faces(plain, (8, 8)),
                                np.broadcast_to(to_rgba(COMPUTED_FILL), (8, 8, 4)))
@@ -75,7 +75,7 @@ def test_tiles_figure_colours_and_numbers_every_tile_of_a_causal_square():
         fig_texts(fig))
     assert "causal=True: 10 of 16 tiles computed (4 with blocked pairs), 6 skipped" in (
         fig_texts(fig))
-    assert "T = 8 queries, S = 8 keys, block_size = 2" in fig_texts(fig)[0]
+    assert "T = 8 queries, S = 8 keys, tile_size = 2" in fig_texts(fig)[0]
     assert "10 computed and 6 skipped" in draw.alt_text(fig)
 
 
@@ -83,12 +83,12 @@ def test_tiles_figure_follows_the_trace_with_ragged_tiles_and_a_padding_mask():
     # T = 6 queries are the last 6 of S = 8 positions; keys 6, 7 are padding.
     q, k, v = qkv(T=6, S=8)
     pad = mha.padding_mask(np.array([6]), max_len=8)[0, 0]  # (1, S)
-    fig = draw.tiles_figure(q, k, v, pad, block_size=3)
+    fig = draw.tiles_figure(q, k, v, pad, tile_size=3)
     allowed = {False: np.broadcast_to(pad, (6, 8)),
                True: pad & mha.causal_mask(6, num_keys=8)}
     for ax, causal in zip(grid_axes(fig), (False, True), strict=True):
         trace = mha.TileTrace()
-        mha.flash_attention(q, k, v, pad, block_size=3, causal=causal, trace=trace)
+        mha.flash_attention(q, k, v, pad, tile_size=3, causal=causal, trace=trace)
         assert outlines(ax) == [(*s.queries, *s.keys) for s in trace.steps]
         fc = faces(ax, (6, 8))
         order = 0
@@ -107,8 +107,8 @@ def test_tiles_figure_follows_the_trace_with_ragged_tiles_and_a_padding_mask():
                 to_rgba(BLOCKED_FILL), (int((~block).sum()), 4)))
             assert (str(order), ((k0 + k1) / 2, (q0 + q1) / 2)) in order_labels(ax)
         assert len(order_labels(ax)) == order == trace.num_computed
-    # Query block 0 (rows 0-2, positions 2-4) needs keys up to 4: key block 2 (6-7) is
-    # skipped. The padded keys 6-7 of query block 1 are blocked but still computed:
+    # Row of tiles 0 (queries 0-2, positions 2-4) needs keys up to 4: its tile 2 (keys
+    # 6-7) is skipped. The padded keys 6-7 of row 1 are blocked but still computed:
     # a mask never skips a tile, only the causal diagonal does.
     assert "causal=True: 5 of 6 tiles computed (2 with blocked pairs), 1 skipped" in (
         fig_texts(fig))
@@ -120,19 +120,19 @@ def test_tiles_figure_legend_names_only_what_is_drawn():
     q, k, v = qkv()
     entries = ("computed", "computed, with blocked pairs", "blocked pair: score set to -inf",
                "skipped: never computed")
-    everything = fig_texts(draw.tiles_figure(q, k, v, block_size=2))
+    everything = fig_texts(draw.tiles_figure(q, k, v, tile_size=2))
     assert all(e in everything for e in entries)
     # One query and one key per tile: a tile is never part blocked.
-    one_pair = fig_texts(draw.tiles_figure(q, k, v, block_size=1))
+    one_pair = fig_texts(draw.tiles_figure(q, k, v, tile_size=1))
     assert [e in one_pair for e in entries] == [True, False, False, True]
-    plain = fig_texts(draw.tiles_figure(q, k, v, block_size=2, causal=False))
+    plain = fig_texts(draw.tiles_figure(q, k, v, tile_size=2, causal=False))
     assert [e in plain for e in entries] == [True, False, False, False]
 
 
 def test_tiles_figure_one_panel_and_torch_input():
     q, k, v = qkv(T=5, S=7)
     fig = draw.tiles_figure(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
-                            block_size=4, causal=True)
+                            tile_size=4, causal=True)
     (ax,) = grid_axes(fig)
     assert ax.get_title() == "causal=True"
     assert outlines(ax) == [(0, 4, 0, 4), (0, 4, 4, 7), (4, 5, 0, 4), (4, 5, 4, 7)]
@@ -151,7 +151,7 @@ def test_tiles_figure_one_panel_and_torch_input():
         ((np.ones((8, 4)), np.ones((8, 4)), np.ones((8, 3), complex)), {}, "v must be real"),
         ((*qkv(), np.ones((8, 8))), {}, "mask must be a boolean array"),
         ((*qkv(), np.ones((8, 5), bool)), {}, r"mask with shape \(8, 5\) does not broadcast"),
-        (qkv(), {"block_size": 0}, "block_size must be a positive integer"),
+        (qkv(), {"tile_size": 0}, "tile_size must be a positive integer"),
         (qkv(), {"causal": "yes"}, "causal must be True, False or a sequence"),
         (qkv(), {"causal": [True, 1]}, "causal must be True, False or a sequence"),
         (qkv(), {"causal": []}, "causal must be True, False or a sequence"),
@@ -163,23 +163,23 @@ def test_tiles_figure_one_panel_and_torch_input():
 )
 def test_tiles_figure_rejects_bad_input(args, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        draw.tiles_figure(*args, **{"block_size": 2, **kwargs})
+        draw.tiles_figure(*args, **{"tile_size": 2, **kwargs})
 
 
 def test_tiles_figure_checks_its_claim_on_the_arrays_it_draws(monkeypatch):
     # A tiled attention that is off by 1e-9 must not be drawn as if it were exact.
-    monkeypatch.setattr(flash_trace, "flash_attention", slightly_off)
+    monkeypatch.setattr(tile_trace, "flash_attention", slightly_off)
     with pytest.raises(AssertionError):
-        draw.tiles_figure(*qkv(), block_size=2)
+        draw.tiles_figure(*qkv(), tile_size=2)
 
 
 # ------------------------------------------------------------------------ house style
 
 
 BUILDERS = {
-    "tiles": lambda: draw.tiles_figure(*qkv(T=4, S=6), block_size=2),
+    "tiles": lambda: draw.tiles_figure(*qkv(T=4, S=6), tile_size=2),
     "tiles_masked": lambda: draw.tiles_figure(
-        *qkv(T=4, S=6), mha.padding_mask(np.array([5]), max_len=6)[0, 0], block_size=3,
+        *qkv(T=4, S=6), mha.padding_mask(np.array([5]), max_len=6)[0, 0], tile_size=3,
         causal=True),
 }
 

@@ -408,7 +408,7 @@ CORRECT = [
     ("sequence_loss", loss_torch),
     ("sequence_loss", loss_loops),
     ("target_mask", target_loops),
-    ("target_mask", lambda tokens, pad_id: mha.token_masks.target_mask(
+    ("target_mask", lambda tokens, pad_id: mha.masks_torch.target_mask(
         torch.from_numpy(tokens), pad_id)),
     ("repeat_kv_heads", repeat_torch),
     ("repeat_kv_heads", repeat_loops),
@@ -600,7 +600,7 @@ def test_target_mask_is_the_translators() -> None:
     reference = exercises._EXERCISES["target_mask"].reference
     for case in exercises._EXERCISES["target_mask"].cases(np.random.default_rng(2)):
         tokens, pad_id = case.args
-        want = mha.token_masks.target_mask(torch.from_numpy(tokens), pad_id).numpy()
+        want = mha.masks_torch.target_mask(torch.from_numpy(tokens), pad_id).numpy()
         assert np.array_equal(reference(tokens, pad_id), want)  # masks: exact
 
 
@@ -668,7 +668,7 @@ def test_merging_two_key_tiles_gives_flash_attention() -> None:
         e = np.exp(z - m[..., None])
         stats += [m, e.sum(-1), e @ v[..., cols[-1], :]]
     m, l, a = exercises._EXERCISES["merge_tiles"].reference(*stats)  # noqa: E741
-    context, logsumexp = mha.flash_attention(q, k, v, block_size=4)
+    context, logsumexp = mha.flash_attention(q, k, v, tile_size=4)
     np.testing.assert_allclose(a / l[..., None], context, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(m + np.log(l), logsumexp, rtol=1e-12, atol=1e-12)
 

@@ -43,7 +43,7 @@ RULES = {
                            "mha.layers", "mha.transformer"),
     "import mha.layers": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
                           "mha.transformer"),
-    "import mha.token_masks": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+    "import mha.masks_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
                                "mha.modules"),
     # The Transformer reads the sinusoidal table from mha.positional: data, not the
     # attention under test (the one import of the specification by a torch layer).

@@ -1,5 +1,5 @@
 """RoPE and ALiBi: the specification, its torch twins, the additive ``bias`` of attention,
-and the Transformer's ``positions`` option (with the KV cache, checkpoints, training).
+and the Transformer's ``position_scheme`` option (with the KV cache, checkpoints, training).
 
 Oracles: the formulas written out with ``math`` entry by entry, the sinusoidal table
 (RoPE's angles are its angles), the half-split RoPE convention written here (equal up to
@@ -26,7 +26,7 @@ from mha.positional_torch import alibi_bias as torch_alibi_bias
 from mha.positional_torch import alibi_bias_directional
 from mha.positional_torch import alibi_slopes as torch_alibi_slopes
 from mha.positional_torch import apply_rope as torch_apply_rope
-from mha.transformer import POSITIONS, Transformer
+from mha.transformer import POSITION_SCHEMES, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CLOSE = {"rtol": 1e-12, "atol": 1e-12}
@@ -644,49 +644,50 @@ def test_rope_positions_need_self_attention():
 # ======================================================= the Transformer's option
 
 
-def make_transformer(positions: str, norm_first: bool = False, seed: int = 7) -> Transformer:
+def make_transformer(scheme: str, norm_first: bool = False, seed: int = 7) -> Transformer:
     torch.manual_seed(seed)
     return Transformer(11, 13, d_model=12, num_heads=3, num_encoder_layers=2,
                        num_decoder_layers=2, d_ff=24, max_len=10, norm_first=norm_first,
-                       positions=positions).double().eval()  # fmt: skip
+                       position_scheme=scheme).double().eval()  # fmt: skip
 
 
 SRC = torch.tensor([[3, 4, 5, 6], [7, 8, 0, 0]])  # pad_id 0
 TGT = torch.tensor([[1, 5, 6, 7, 2], [1, 9, 2, 0, 0]])
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_transformer_decodes_the_same_with_a_cache(positions, norm_first, need_weights):
-    model = make_transformer(positions, norm_first)
+def test_transformer_decodes_the_same_with_a_cache(scheme, norm_first, need_weights):
+    model = make_transformer(scheme, norm_first)
     memory, _ = model.encode(SRC)
     full, full_self, _ = model.decode(TGT, memory, SRC, need_weights=True)
     cache = model.new_cache()
     steps = []
     for t in range(5):
-        logits, self_w, _ = model.decode(TGT[:, : t + 1], memory, SRC, need_weights, cache)
+        logits, self_w, _ = model.decode(TGT[:, : t + 1], memory, SRC,
+                                         need_weights=need_weights, cache=cache)
         steps.append(logits)
         if need_weights:
             torch.testing.assert_close(self_w[0], full_self[0][:, :, t : t + 1, : t + 1], **CLOSE)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **CLOSE)
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
-def test_decoding_no_new_position_gives_no_logits(positions):
-    model = make_transformer(positions)
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+def test_decoding_no_new_position_gives_no_logits(scheme):
+    model = make_transformer(scheme)
     memory, _ = model.encode(SRC)
     cache = model.new_cache()
     model.decode(TGT, memory, SRC, cache=cache)
     assert model.decode(TGT, memory, SRC, cache=cache)[0].shape == (2, 0, 13)
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
-def test_the_schemes_are_wired_into_self_attention_only(positions):
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+def test_the_schemes_are_wired_into_self_attention_only(scheme):
     """What each attention module receives: the encoder ALiBi's symmetric bias or RoPE's
     positions 0..S-1, the decoder the causal ones of its new positions (absolute, with a
     cache), the cross-attention nothing."""
-    model = make_transformer(positions)
+    model = make_transformer(scheme)
     seen: dict[str, list] = {}
 
     def record(name):
@@ -710,17 +711,17 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
         (b1, r1), (b2, r2) = seen[f"self{i}"]
         assert len(seen[f"cross{i}"]) == 2
         assert all(b is None and r is None for b, r in seen[f"cross{i}"])
-        if positions.startswith("alibi"):
+        if scheme.startswith("alibi"):
             # torch.pow against NumPy's power: slopes within an ulp or two of each other
             # (exact for 3 heads, powers of two, but not for every head count)
             close = {"rtol": 4 * EPS64, "atol": 0}
-            encoder = (mha.alibi_bias(3, 4, causal=False) if positions == "alibi" else
+            encoder = (mha.alibi_bias(3, 4, causal=False) if scheme == "alibi" else
                        alibi_bias_directional(3, 4, dtype=torch.float64).numpy())  # fmt: skip
             np.testing.assert_allclose(enc_bias.numpy(), encoder, **close)
             np.testing.assert_allclose(b1.numpy(), mha.alibi_bias(3, 3), **close)
             np.testing.assert_allclose(b2.numpy(), mha.alibi_bias(3, 2, num_keys=5), **close)
             assert enc_rope is None and r1 is None and r2 is None
-        elif positions == "rope":
+        elif scheme == "rope":
             assert enc_rope.tolist() == [0, 1, 2, 3]
             assert r1.tolist() == [0, 1, 2] and r2.tolist() == [3, 4]
             assert enc_bias is None and b1 is None and b2 is None
@@ -728,9 +729,9 @@ def test_the_schemes_are_wired_into_self_attention_only(positions):
             assert all(a is None for a in (enc_bias, enc_rope, b1, r1, b2, r2))
 
 
-@pytest.mark.parametrize("positions", ["rope", "alibi", "alibi_directional"])
-def test_no_table_is_added_with_rope_or_alibi(positions):
-    model = make_transformer(positions)
+@pytest.mark.parametrize("scheme", ["none", "rope", "alibi", "alibi_directional"])
+def test_no_table_is_added_with_rope_or_alibi(scheme):
+    model = make_transformer(scheme)
     assert model.positional_encoding is None
     assert "positional_encoding" not in dict(model.named_buffers())
     tokens = torch.tensor([[3, 3, 3, 3]])
@@ -743,26 +744,27 @@ def test_no_table_is_added_with_rope_or_alibi(positions):
 
 def test_alibi_encoder_is_symmetric_and_the_others_are_not():
     """With the symmetric bias only |i - j| matters: reversing an unpadded source
-    reverses the encoder's output. RoPE's scores depend on the signed offset, the
+    reverses the encoder's output; without positions (NoPE) the encoder sees a set, and
+    any reordering reorders its output. RoPE's scores depend on the signed offset, the
     sinusoidal table on absolute positions, and the directional ALiBi has different
     slopes to the left and to the right."""
     src = torch.tensor([[3, 4, 5, 6, 7, 8]])
-    for positions in POSITIONS:
-        model = make_transformer(positions)
+    for scheme in POSITION_SCHEMES:
+        model = make_transformer(scheme)
         forward, _ = model.encode(src)
         backward, _ = model.encode(src.flip(1))
         gap = (backward.flip(1) - forward).abs().max().item()
-        if positions == "alibi":
+        if scheme in ("alibi", "none"):
             assert gap < 1e-12
         else:
             assert gap > 1e-3
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
-def test_cross_attention_sees_no_positions(positions):
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+def test_cross_attention_sees_no_positions(scheme):
     """Reordering the memory (and its padding) changes nothing in the decoder: the
     cross-attention has no position information under any scheme."""
-    model = make_transformer(positions)
+    model = make_transformer(scheme)
     memory, _ = model.encode(SRC)
     perm = torch.tensor([2, 0, 3, 1])
     logits, _, _ = model.decode(TGT, memory, SRC)
@@ -770,53 +772,72 @@ def test_cross_attention_sees_no_positions(positions):
     torch.testing.assert_close(shuffled, logits, **CLOSE)
 
 
-def test_transformer_positions_option_errors_and_config():
-    with pytest.raises(ValueError, match=r"positions must be one of \('sinusoidal', 'rope', "):
-        Transformer(5, 5, positions="learned")
+def test_transformer_position_scheme_errors_and_config():
+    with pytest.raises(ValueError, match=r"scheme must be one of \('none', 'sinusoidal', "):
+        Transformer(5, 5, position_scheme="learned")
     with pytest.raises(ValueError, match="head_dim = d_model / num_heads = 3 must be even"):
-        Transformer(5, 5, d_model=6, num_heads=2, positions="rope")
-    alibi = Transformer(5, 5, d_model=6, num_heads=2, positions="alibi")  # any head_dim
-    assert alibi.config["positions"] == "alibi"
+        Transformer(5, 5, d_model=6, num_heads=2, position_scheme="rope")
+    alibi = Transformer(5, 5, d_model=6, num_heads=2, position_scheme="alibi")  # any head_dim
+    assert alibi.config["position_scheme"] == "alibi"
     model = Transformer(5, 5, d_model=8, num_heads=2)
-    assert model.config["positions"] == "sinusoidal" and model.positions == "sinusoidal"
+    assert model.config["position_scheme"] == "sinusoidal" and model.position_scheme == "sinusoidal"
     rebuilt = Transformer(**make_transformer("rope").config)
     assert rebuilt.config == make_transformer("rope").config
+
+
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+def test_only_the_table_limits_the_length(scheme):
+    """max_len is the sinusoidal table's rows: with the table a longer input is refused,
+    naming it; the other schemes take any length."""
+    model = make_transformer(scheme)  # max_len=10
+    long_src = torch.arange(3, 15)[None] % 9 + 1  # (1, 12)
+    long_tgt = torch.arange(1, 12)[None] % 9 + 1  # (1, 11)
+    if scheme == "sinusoidal":
+        with pytest.raises(ValueError, match=r"src has length 12 > max_len=10"):
+            model.encode(long_src)
+        memory, _ = model.encode(long_src[:, :10])
+        with pytest.raises(ValueError, match=r"tgt_in has length 11 > max_len=10"):
+            model.decode(long_tgt, memory, long_src[:, :10])
+    else:
+        memory, _ = model.encode(long_src)
+        logits, _, _ = model.decode(long_tgt, memory, long_src)
+        assert logits.shape == (1, 11, 13) and torch.isfinite(logits).all()
 
 
 # ================================================= checkpoints and the translator
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
-def test_checkpoint_round_trips_the_scheme(tmp_path, positions):
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+def test_checkpoint_round_trips_the_scheme(tmp_path, scheme):
     from mha.translator import Translator, Vocab, load_checkpoint, read_metadata, save_checkpoint
 
     torch.manual_seed(0)
-    model = Transformer(7, 9, d_model=8, num_heads=2, max_len=12, positions=positions).eval()
+    model = Transformer(7, 9, d_model=8, num_heads=2, max_len=12, position_scheme=scheme).eval()
     path = tmp_path / "model.npz"
     save_checkpoint(path, Translator(model, Vocab(["a", "b", "c"]), Vocab(["x", "y", "z"])))
-    assert read_metadata(path)["model"]["positions"] == positions
+    assert read_metadata(path)["model"]["position_scheme"] == scheme
     loaded = load_checkpoint(path).model
-    assert loaded.config == model.config and loaded.positions == positions
+    assert loaded.config == model.config and loaded.position_scheme == scheme
     src, tgt_in = torch.tensor([[4, 5, 6, 3]]), torch.tensor([[1, 4, 5, 6]])
     torch.testing.assert_close(loaded(src, tgt_in), model(src, tgt_in), rtol=0, atol=0)
-    if positions != "sinusoidal":  # the option matters: the other schemes differ
-        other = Transformer(**model.config | {"positions": "sinusoidal"}).eval()
+    if scheme != "sinusoidal":  # the option matters: the other schemes differ
+        other = Transformer(**model.config | {"position_scheme": "sinusoidal"}).eval()
         other.load_state_dict(model.state_dict())
         assert (other(src, tgt_in) - model(src, tgt_in)).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("positions", ["rope", "alibi"])
-def test_training_runs_with_each_scheme(positions):
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_training_runs_with_each_scheme(scheme):
     """A tiny smoke run: the loss falls, and greedy decoding with and without the
     cache gives the same tokens."""
     from mha.translator import TrainConfig, generate_corpus, train
 
     corpus = generate_corpus(0, num_train=300, num_heldout=20, num_compositional=20)
     config = TrainConfig(num_train=300, num_heldout=20, num_compositional=20, steps=30,
-                         batch_size=16, positions=positions)  # fmt: skip
+                         batch_size=16, position_scheme=scheme)  # fmt: skip
     result = train(config, corpus=corpus)
     model = result.translator.model
-    assert model.config["positions"] == positions and model.positional_encoding is None
+    assert model.config["position_scheme"] == scheme and model.positional_encoding is None
     assert all(math.isfinite(loss) for loss in result.losses)
     assert np.mean(result.losses[-5:]) < np.mean(result.losses[:5]) - 0.5
     src = result.translator.source_ids([list(e.source) for e in corpus.heldout])

@@ -68,25 +68,25 @@ def check_against_spec(q, k, v, mask=None, **kwargs):
 # ------------------------------------------------------------------- equal to the spec
 
 
-@pytest.mark.parametrize("block_size", [1, 2, 3, 4, 7, 10, 16, 64])
+@pytest.mark.parametrize("tile_size", [1, 2, 3, 4, 7, 10, 16, 64])
 @pytest.mark.parametrize(("T", "S"), [(10, 10), (7, 13), (13, 7), (1, 1), (1, 9)])
-def test_equals_the_specification_for_any_block_size(block_size, T, S) -> None:
+def test_equals_the_specification_for_any_tile_size(tile_size, T, S) -> None:
     # 3, 4 and 7 do not divide 10, 13 or 7; 16 and 64 exceed both lengths.
-    check_against_spec(*qkv(T=T, S=S, seed=T * 100 + S), block_size=block_size)
+    check_against_spec(*qkv(T=T, S=S, seed=T * 100 + S), tile_size=tile_size)
 
 
 @pytest.mark.parametrize("lead", [(), (3,), (2, 3), (2, 1, 3)])
 def test_any_leading_batch_and_head_dims(lead) -> None:
-    check_against_spec(*qkv(lead=lead, T=9, S=11), block_size=4)
+    check_against_spec(*qkv(lead=lead, T=9, S=11), tile_size=4)
 
 
-@pytest.mark.parametrize("block_size", [1, 3, 4, 64])
-def test_random_mask_including_rows_with_nothing_to_attend_to(block_size) -> None:
+@pytest.mark.parametrize("tile_size", [1, 3, 4, 64])
+def test_random_mask_including_rows_with_nothing_to_attend_to(tile_size) -> None:
     q, k, v = qkv(T=10, S=13)
     mask = np.random.default_rng(1).random((2, 3, 10, 13)) < 0.4
     mask[0, 1, 2] = False  # one query row that may attend to nothing
     mask[1, :, 7] = False
-    context, logsumexp = check_against_spec(q, k, v, mask, block_size=block_size)
+    context, logsumexp = check_against_spec(q, k, v, mask, tile_size=tile_size)
     assert np.all(context[0, 1, 2] == 0) and np.isneginf(logsumexp[0, 1, 2])
     assert np.all(context[1, :, 7] == 0) and np.all(np.isneginf(logsumexp[1, :, 7]))
     assert not np.isnan(context).any() and not np.isnan(logsumexp).any()
@@ -95,18 +95,18 @@ def test_random_mask_including_rows_with_nothing_to_attend_to(block_size) -> Non
 def test_masks_that_broadcast() -> None:
     q, k, v = qkv(lead=(3, 2), T=6, S=9)
     lengths = np.array([9, 4, 0])  # the last sequence has no real key at all
-    check_against_spec(q, k, v, padding_mask(lengths), block_size=4)  # (B, 1, 1, S)
-    check_against_spec(q, k, v, causal_mask(6, num_keys=9), block_size=4)  # (T, S)
+    check_against_spec(q, k, v, padding_mask(lengths), tile_size=4)  # (B, 1, 1, S)
+    check_against_spec(q, k, v, causal_mask(6, num_keys=9), tile_size=4)  # (T, S)
     row_mask = np.random.default_rng(2).random((1, 2, 6, 1)) < 0.5  # whole rows
-    check_against_spec(q, k, v, row_mask, block_size=4)
+    check_against_spec(q, k, v, row_mask, tile_size=4)
 
 
-@pytest.mark.parametrize("block_size", [1, 3, 4, 5, 16])
+@pytest.mark.parametrize("tile_size", [1, 3, 4, 5, 16])
 @pytest.mark.parametrize(("T", "S"), [(10, 10), (7, 13), (1, 6)])
-def test_causal_flag_equals_the_causal_mask(block_size, T, S) -> None:
+def test_causal_flag_equals_the_causal_mask(tile_size, T, S) -> None:
     q, k, v = qkv(T=T, S=S, seed=3)
-    by_flag = check_against_spec(q, k, v, causal=True, block_size=block_size)
-    by_mask = flash_attention(q, k, v, causal_mask(T, num_keys=S), block_size=block_size)
+    by_flag = check_against_spec(q, k, v, causal=True, tile_size=tile_size)
+    by_mask = flash_attention(q, k, v, causal_mask(T, num_keys=S), tile_size=tile_size)
     for a, b in zip(by_flag, by_mask, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=ATOL)
 
@@ -114,12 +114,12 @@ def test_causal_flag_equals_the_causal_mask(block_size, T, S) -> None:
 def test_causal_flag_combines_with_a_padding_mask() -> None:
     q, k, v = qkv(T=8, S=8, lead=(2, 3))
     pad = padding_mask(np.array([8, 5]))  # (B, 1, 1, S)
-    check_against_spec(q, k, v, pad, causal=True, block_size=3)
+    check_against_spec(q, k, v, pad, causal=True, tile_size=3)
 
 
 def test_no_keys_and_no_queries() -> None:
     q, k, v = qkv(T=4, S=0)
-    context, logsumexp = flash_attention(q, k, v, block_size=2)
+    context, logsumexp = flash_attention(q, k, v, tile_size=2)
     assert context.shape == (2, 3, 4, 5) and np.all(context == 0)
     assert np.all(np.isneginf(logsumexp))
     q, k, v = qkv(T=0, S=5)
@@ -133,8 +133,8 @@ def test_extreme_scores_stay_finite_where_the_plain_formula_is() -> None:
     q, k, v = qkv(T=12, S=12, scale=1e4, seed=5)
     expected, _ = scaled_dot_product_attention(q, k, v)
     assert np.isfinite(expected).all()
-    for block_size in (1, 5, 64):
-        context, logsumexp = flash_attention(q, k, v, block_size=block_size)
+    for tile_size in (1, 5, 64):
+        context, logsumexp = flash_attention(q, k, v, tile_size=tile_size)
         assert np.isfinite(context).all() and np.isfinite(logsumexp).all()
         np.testing.assert_allclose(context, expected, rtol=1e-9, atol=1e-9)
         # The log-sum-exp is dominated by the largest score, which it can't be below;
@@ -151,14 +151,14 @@ def test_extreme_scores_stay_finite_where_the_plain_formula_is() -> None:
 def test_nan_propagates_and_is_not_turned_into_zeros() -> None:
     q, k, v = qkv(T=6, S=6)
     q[0, 0, 1, 0] = np.nan
-    context, logsumexp = flash_attention(q, k, v, block_size=4)
+    context, logsumexp = flash_attention(q, k, v, tile_size=4)
     assert np.isnan(context[0, 0, 1]).all() and np.isnan(logsumexp[0, 0, 1])
     assert not np.isnan(np.delete(context[0, 0], 1, axis=0)).any()
 
 
 def test_float32_stays_float32() -> None:
     q, k, v = (x.astype(np.float32) for x in qkv())
-    context, logsumexp = flash_attention(q, k, v, block_size=3)
+    context, logsumexp = flash_attention(q, k, v, tile_size=3)
     assert context.dtype == logsumexp.dtype == np.float32
     expected, _ = scaled_dot_product_attention(q, k, v)
     np.testing.assert_allclose(context, expected, rtol=0, atol=1e-5)
@@ -168,12 +168,12 @@ def test_float32_stays_float32() -> None:
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("block_size", [1, 4, 64])
-def test_matches_torch_sdpa(causal, block_size) -> None:
+@pytest.mark.parametrize("tile_size", [1, 4, 64])
+def test_matches_torch_sdpa(causal, tile_size) -> None:
     q, k, v = qkv(lead=(2, 4), T=11, S=11, Dh=8, Dv=8, seed=7)
     mask = np.random.default_rng(8).random((2, 1, 11, 11)) < 0.7
     mask[1, 0, 4] = False  # nothing to attend to: F.sdpa gives zeros, logsumexp -inf
-    context, logsumexp = flash_attention(q, k, v, mask, causal=causal, block_size=block_size)
+    context, logsumexp = flash_attention(q, k, v, mask, causal=causal, tile_size=tile_size)
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     allowed = torch.from_numpy(mask)
     if causal:
@@ -184,7 +184,7 @@ def test_matches_torch_sdpa(causal, block_size) -> None:
     np.testing.assert_allclose(logsumexp, torch.logsumexp(scores, -1).numpy(), rtol=0, atol=ATOL)
     if causal:
         by_flag = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)  # T = S here
-        no_mask, _ = flash_attention(q, k, v, causal=True, block_size=block_size)
+        no_mask, _ = flash_attention(q, k, v, causal=True, tile_size=tile_size)
         np.testing.assert_allclose(no_mask, by_flag.numpy(), rtol=0, atol=ATOL)
 
 
@@ -192,30 +192,30 @@ def test_matches_torch_sdpa(causal, block_size) -> None:
 
 
 def test_causal_skips_the_tiles_above_the_diagonal() -> None:
-    # T = S = 4 blocks: query block i needs key blocks 0..i, i + 1 tiles, so
+    # T = S = 4 tiles: row of tiles i needs tiles 0..i, i + 1 tiles, so
     # 1 + 2 + 3 + 4 = 10 computed and the 6 above the diagonal skipped.
     trace = TileTrace()
-    flash_attention(*qkv(T=16, S=16), causal=True, block_size=4, trace=trace)
+    flash_attention(*qkv(T=16, S=16), causal=True, tile_size=4, trace=trace)
     assert (trace.num_computed, trace.num_skipped) == (10, 6)
-    # S - T = 8 more keys (2 blocks) shift the diagonal right: i + 3 tiles each,
+    # S - T = 8 more keys (2 tiles) shift the diagonal right: i + 3 tiles each,
     # 3 + 4 + 5 + 6 = 18 computed of 4 * 6 = 24.
-    flash_attention(*qkv(T=16, S=24), causal=True, block_size=4, trace=trace)
+    flash_attention(*qkv(T=16, S=24), causal=True, tile_size=4, trace=trace)
     assert (trace.num_computed, trace.num_skipped) == (18, 6)
     # Without causal every tile is computed.
-    flash_attention(*qkv(T=16, S=24), block_size=5, trace=trace)
+    flash_attention(*qkv(T=16, S=24), tile_size=5, trace=trace)
     assert (trace.num_computed, trace.num_skipped) == (4 * 5, 0)
 
 
-@pytest.mark.parametrize(("T", "S", "block_size"), [(10, 10, 4), (7, 13, 3), (5, 9, 2), (9, 9, 1)])
-def test_a_tile_is_skipped_exactly_when_the_causal_mask_blocks_all_of_it(T, S, block_size) -> None:
+@pytest.mark.parametrize(("T", "S", "tile_size"), [(10, 10, 4), (7, 13, 3), (5, 9, 2), (9, 9, 1)])
+def test_a_tile_is_skipped_exactly_when_the_causal_mask_blocks_all_of_it(T, S, tile_size) -> None:
     trace = TileTrace()
-    flash_attention(*qkv(T=T, S=S), causal=True, block_size=block_size, trace=trace)
+    flash_attention(*qkv(T=T, S=S), causal=True, tile_size=tile_size, trace=trace)
     allowed = causal_mask(T, num_keys=S)
-    tiles = [(q0, k0) for q0 in range(0, T, block_size) for k0 in range(0, S, block_size)]
+    tiles = [(q0, k0) for q0 in range(0, T, tile_size) for k0 in range(0, S, tile_size)]
     assert [(s.queries[0], s.keys[0]) for s in trace.steps] == tiles  # processing order
     for step in trace.steps:
         (q0, q1), (k0, k1) = step.queries, step.keys
-        assert (q1, k1) == (min(q0 + block_size, T), min(k0 + block_size, S))
+        assert (q1, k1) == (min(q0 + tile_size, T), min(k0 + tile_size, S))
         assert step.skipped == (not allowed[q0:q1, k0:k1].any())
 
 
@@ -224,8 +224,8 @@ def test_trace_holds_the_running_max_and_sum_of_each_row() -> None:
     mask = np.random.default_rng(4).random((2, 3, 7, 10)) < 0.6
     mask[1, 2, 3] = False
     trace = TileTrace()
-    _, logsumexp = flash_attention(q, k, v, mask, block_size=3, trace=trace)
-    assert (trace.block_size, trace.num_queries, trace.num_keys) == (3, 7, 10)
+    _, logsumexp = flash_attention(q, k, v, mask, tile_size=3, trace=trace)
+    assert (trace.tile_size, trace.num_queries, trace.num_keys) == (3, 7, 10)
     scaled = np.where(mask, q @ np.swapaxes(k, -1, -2) / 2.0, -np.inf)  # (2, 3, 7, 10)
     for t in range(7):
         history = trace.row_history(t)
@@ -250,9 +250,9 @@ def test_trace_holds_the_running_max_and_sum_of_each_row() -> None:
 
 def test_a_trace_is_cleared_by_each_call() -> None:
     trace = TileTrace()
-    flash_attention(*qkv(T=8, S=8), block_size=2, trace=trace)
-    flash_attention(*qkv(T=8, S=8), block_size=4, trace=trace)
-    assert len(trace.steps) == 4 and trace.block_size == 4
+    flash_attention(*qkv(T=8, S=8), tile_size=2, trace=trace)
+    flash_attention(*qkv(T=8, S=8), tile_size=4, trace=trace)
+    assert len(trace.steps) == 4 and trace.tile_size == 4
     with pytest.raises(ValueError, match="query must be in 0..7"):
         trace.row_history(8)
 
@@ -265,7 +265,7 @@ def test_peak_memory_grows_linearly_for_tiles_and_quadratically_for_the_formula(
     flash, plain = [], []
     for T in lengths:
         x = np.random.default_rng(T).normal(size=(T, 16))
-        flash.append(peak_memory_bytes(flash_attention, x, x, x, block_size=64))
+        flash.append(peak_memory_bytes(flash_attention, x, x, x, tile_size=64))
         plain.append(peak_memory_bytes(scaled_dot_product_attention, x, x, x))
     # The (T, T) weights alone are 8 MB at T = 1024: a quadratic 16x.
     assert plain[1] >= 1024 * 1024 * 8
@@ -277,13 +277,13 @@ def test_peak_memory_grows_linearly_for_tiles_and_quadratically_for_the_formula(
 
 def test_peak_memory_of_tiles_does_not_grow_with_the_number_of_keys() -> None:
     # T fixed, S grows 16x: the outputs (T, Dv) and the tiles stay the same size, so a
-    # (block, S) strip of scores, which would grow 16x, is caught too.
+    # (tile_size, S) strip of scores, which would grow 16x, is caught too.
     rng = np.random.default_rng(0)
     q = rng.normal(size=(64, 16))
     peaks = []
     for S in (256, 4096):
         k, v = rng.normal(size=(S, 16)), rng.normal(size=(S, 16))
-        peaks.append(peak_memory_bytes(flash_attention, q, k, v, block_size=64))
+        peaks.append(peak_memory_bytes(flash_attention, q, k, v, tile_size=64))
     assert peaks[1] / peaks[0] < 1.5
 
 
@@ -315,10 +315,10 @@ def test_peak_memory_bytes_leaves_a_running_tracemalloc_running() -> None:
 # ---------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("block_size", [0, -1, 2.5, True, "4"])
-def test_block_size_must_be_a_positive_int(block_size) -> None:
-    with pytest.raises(ValueError, match="block_size must be a positive integer"):
-        flash_attention(*qkv(), block_size=block_size)
+@pytest.mark.parametrize("tile_size", [0, -1, 2.5, True, "4"])
+def test_tile_size_must_be_a_positive_int(tile_size) -> None:
+    with pytest.raises(ValueError, match="tile_size must be a positive integer"):
+        flash_attention(*qkv(), tile_size=tile_size)
 
 
 def test_errors_name_the_argument_and_the_shapes() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -10,9 +11,12 @@ import torch
 from torch import nn
 
 from mha import convert
+from mha.layers import DecoderLayer, EncoderLayer
 from mha.masks import causal_mask, combine_masks, padding_mask
+from mha.masks_torch import causal_mask as torch_causal_mask
+from mha.masks_torch import source_mask, target_mask
+from mha.modules import MultiHeadAttention
 from mha.positional import sinusoidal_positional_encoding
-from mha.token_masks import source_mask, target_mask
 from mha.transformer import AttentionMaps, Transformer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -72,6 +76,26 @@ def test_encode_decode_without_weights_return_empty_lists() -> None:
     torch.testing.assert_close(logits, model(src, tgt_in))
 
 
+def test_options_after_the_tensors_are_keyword_only() -> None:
+    """``encode``, ``decode`` and ``forward`` take their tensors by position and every
+    option by keyword; need_weights defaults to False in the model and its layers, and
+    to True only in MultiHeadAttention, as in torch.nn.MultiheadAttention."""
+    model = make_model()
+    src, tgt_in = batch()
+    memory, _ = model.encode(src)
+    for call in (lambda: model.encode(src, True), lambda: model(src, tgt_in, True),
+                 lambda: model.decode(tgt_in, memory, src, True)):  # fmt: skip
+        with pytest.raises(TypeError, match="positional argument"):
+            call()
+    defaults = {
+        fn: inspect.signature(fn).parameters["need_weights"].default
+        for fn in (Transformer.encode, Transformer.decode, Transformer.forward,
+                   EncoderLayer.forward, DecoderLayer.forward,
+                   MultiHeadAttention.forward, nn.MultiheadAttention.forward)
+    }  # fmt: skip
+    assert list(defaults.values()) == [False] * 5 + [True, True]
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_padded_source_tokens_are_irrelevant(norm_first: bool) -> None:
     """A padded sentence gives the same logits as the same sentence without padding."""
@@ -120,6 +144,12 @@ def test_masks_match_the_numpy_helpers() -> None:
     expected = combine_masks(causal_mask(5), padding_mask(tokens=tgt_in.numpy(), pad_id=PAD))
     assert target_mask(tgt_in, PAD).shape == (3, 1, 5, 5)
     np.testing.assert_array_equal(target_mask(tgt_in, PAD).numpy(), expected)
+    for size, num_keys in ((1, 1), (4, 4), (3, 7), (1, 5)):  # masks: exact by construction
+        np.testing.assert_array_equal(torch_causal_mask(size, num_keys).numpy(),
+                                      causal_mask(size, num_keys))  # fmt: skip
+    assert torch_causal_mask(4).dtype == torch.bool
+    with pytest.raises(ValueError, match="num_keys"):
+        torch_causal_mask(5, 3)
 
 
 def test_embeddings_scaled_and_positions_added() -> None:

@@ -246,7 +246,7 @@ NON_DEFAULT_CONFIG = {
     "pad_id": 3,
     "norm_first": True,
     "layer_norm_eps": 1e-6,
-    "positions": "rope",
+    "position_scheme": "rope",
 }
 
 
@@ -273,7 +273,7 @@ def test_every_constructor_argument_round_trips(tmp_path):
     assert len(layers) == 5 and all(layer.norm_first for layer in layers)
     assert all(layer.dropout1.p == 0.25 for layer in layers)
     assert loaded.pad_id == 3 and loaded.max_len == 17 and loaded.num_heads == 3
-    assert loaded.positions == "rope" and loaded.positional_encoding is None
+    assert loaded.position_scheme == "rope" and loaded.positional_encoding is None
     assert model.config == NON_DEFAULT_CONFIG and model_config(model) == NON_DEFAULT_CONFIG
     assert read_metadata(path)["model"] == NON_DEFAULT_CONFIG
     assert model_config(loaded) == NON_DEFAULT_CONFIG
@@ -295,7 +295,7 @@ def test_config_is_a_copy_of_the_constructor_arguments():
         "src_vocab_size": 5, "tgt_vocab_size": 6, "d_model": 8, "num_heads": 2,
         "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 64, "dropout": 0.0,
         "max_len": 64, "pad_id": 0, "norm_first": False, "layer_norm_eps": 1e-6,
-        "positions": "sinusoidal",
+        "position_scheme": "sinusoidal",
     }  # fmt: skip
     returned = model_config(model)
     returned["d_model"] = 1000
@@ -329,23 +329,38 @@ def test_checkpoint_with_an_incomplete_or_foreign_config_is_refused(tmp_path, tr
         load_checkpoint(path)
 
 
-def test_a_checkpoint_from_before_the_positions_option_loads_as_sinusoidal(tmp_path, translator):
-    """Checkpoints written before ``positions`` existed have no such entry; they all
-    used the sinusoidal table, and load with it: the same model, the same outputs."""
-    path = tmp_path / "old.npz"
+def rewritten_checkpoint(path, change):
+    """A copy of the shipped checkpoint whose metadata ``change(meta)`` edited."""
     with np.load(CHECKPOINT, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     meta = json.loads(str(arrays["__meta__"]))
-    assert meta["model"].pop("positions") == "sinusoidal"
+    change(meta)
     arrays["__meta__"] = np.array(json.dumps(meta))
     np.savez_compressed(path, **arrays)
-    old = load_checkpoint(path)
-    assert old.model.config == translator.model.config
-    assert old.model.config["positions"] == "sinusoidal"
+    return path
+
+
+def test_a_checkpoint_from_before_the_position_scheme_option_loads_as_sinusoidal(
+    tmp_path, translator
+):
+    """Checkpoints written before the option existed have no such entry; they all used
+    the sinusoidal table, and load with it: the same model, the same outputs. One
+    written while the option was called ``positions`` loads under the new name."""
     src = torch.tensor([[4, 5, 6, 7, 3]])
     tgt_in = torch.tensor([[1, 8, 9, 10]])
-    with torch.no_grad():  # the same weights and the same computation: exact
-        assert torch.equal(old.model(src, tgt_in), translator.model(src, tgt_in))
+
+    def without(meta):
+        assert meta["model"].pop("position_scheme") == "sinusoidal"
+
+    def old_name(meta):
+        meta["model"]["positions"] = meta["model"].pop("position_scheme")
+
+    for name, change in (("before", without), ("old_name", old_name)):
+        old = load_checkpoint(rewritten_checkpoint(tmp_path / f"{name}.npz", change))
+        assert old.model.config == translator.model.config, name
+        assert old.model.config["position_scheme"] == "sinusoidal"
+        with torch.no_grad():  # the same weights and the same computation: exact
+            assert torch.equal(old.model(src, tgt_in), translator.model(src, tgt_in))
 
 
 def test_not_a_checkpoint_is_refused(tmp_path):

@@ -6,6 +6,7 @@ short arm re-run on this machine."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 from dataclasses import asdict
@@ -24,18 +25,19 @@ from mha.translator.lm_data import (
     translation_targets,
 )
 from mha.translator.lm_lengths import (
+    ARMS,
     MARGIN,
     RESULTS,
     SEEDS,
     SHORT,
-    LMConfig,
     apply_rule,
-    evaluate_positions,
     format_table,
-    run_one,
+    main,
     summarise,
 )
-from mha.translator.lm_model import LM_POSITIONS, CausalLM
+from mha.translator.lm_model import CausalLM
+from mha.translator.lm_training import LMConfig, evaluate_positions
+from mha.translator.study import merge_into
 from mha.translator.vocab import BOS, EOS
 
 BOOK_WIDTH = 76  # characters of the site's code box
@@ -118,10 +120,10 @@ def test_data_is_a_function_of_the_seed(data):
 # ============================================================== the model
 
 
-def make(positions, num_layers=2, max_len=40):
+def make(scheme, num_layers=2, max_len=40):
     torch.manual_seed(0)
     return CausalLM(30, d_model=16, num_heads=4, num_layers=num_layers, d_ff=32,
-                    positions=positions, max_len=max_len).double().eval()  # fmt: skip
+                    position_scheme=scheme, max_len=max_len).double().eval()  # fmt: skip
 
 
 TOKENS = torch.tensor([[1, 5, 9, 7, 4, 6, 8, 11, 3, 12]])
@@ -130,17 +132,23 @@ TOKENS = torch.tensor([[1, 5, 9, 7, 4, 6, 8, 11, 3, 12]])
 def test_the_scheme_is_the_only_difference_between_arms():
     """Same seed -> the same parameters, whatever the scheme (none has parameters);
     the sinusoidal table is a buffer, not saved."""
-    states = {p: make(p).state_dict() for p in LM_POSITIONS}
+    states = {p: make(p).state_dict() for p in ARMS}
     reference = states["none"]
-    for positions, state in states.items():
-        assert state.keys() == reference.keys(), positions
+    for scheme, state in states.items():
+        assert state.keys() == reference.keys(), scheme
         for name, value in state.items():
-            assert torch.equal(value, reference[name]), (positions, name)  # copies
-    logits = {p: make(p)(TOKENS) for p in LM_POSITIONS}
-    for a in LM_POSITIONS:
-        for b in LM_POSITIONS:
+            assert torch.equal(value, reference[name]), (scheme, name)  # copies
+    logits = {p: make(p)(TOKENS) for p in ARMS}
+    for a in ARMS:
+        for b in ARMS:
             if a < b:  # ...and yet different models
                 assert (logits[a] - logits[b]).abs().max() > 1e-3, (a, b)
+
+
+def test_directional_alibi_is_alibi_in_a_causal_model():
+    """No attention of a causal model looks both ways, so the directional variant gives
+    each layer the causal bias: the same computation, the same logits (exact)."""
+    assert torch.equal(make("alibi_directional")(TOKENS), make("alibi")(TOKENS))
 
 
 def test_nope_has_no_positions():
@@ -149,14 +157,14 @@ def test_nope_has_no_positions():
     No attention receives a bias or RoPE positions, and no table is added."""
     shuffled = TOKENS.clone()
     shuffled[0, :-1] = TOKENS[0, :-1].flip(0)
-    for positions in LM_POSITIONS:
-        model = make(positions, num_layers=1)
+    for scheme in ARMS:
+        model = make(scheme, num_layers=1)
         with torch.no_grad():
             gap = (model(shuffled)[0, -1] - model(TOKENS)[0, -1]).abs().max().item()
-        if positions == "none":
+        if scheme == "none":
             assert gap < 1e-12
         else:
-            assert gap > 1e-4, positions
+            assert gap > 1e-4, scheme
     model = make("none")
     assert model.positional_encoding is None
     seen = []
@@ -169,10 +177,10 @@ def test_nope_has_no_positions():
     assert len(seen) == 2 and all(b is None and r is None for b, r in seen)
 
 
-@pytest.mark.parametrize("positions", LM_POSITIONS)
-def test_the_mask_is_causal(positions):
+@pytest.mark.parametrize("scheme", ARMS)
+def test_the_mask_is_causal(scheme):
     """Changing the token at position k changes no prediction before k."""
-    model = make(positions)
+    model = make(scheme)
     changed = TOKENS.clone()
     changed[0, 6] = 20
     with torch.no_grad():
@@ -185,10 +193,10 @@ def test_sinusoidal_refuses_inputs_past_its_table_and_bad_arguments():
     with pytest.raises(ValueError, match="max_len"):
         make("sinusoidal", max_len=8)(TOKENS)
     make("rope", max_len=8)(TOKENS)  # the relative schemes take any length
-    with pytest.raises(ValueError, match="positions"):
-        CausalLM(30, positions="learned")
+    with pytest.raises(ValueError, match="position_scheme must be one of"):
+        CausalLM(30, position_scheme="learned")
     with pytest.raises(ValueError, match="head_dim"):
-        CausalLM(30, d_model=12, num_heads=4, positions="rope")
+        CausalLM(30, d_model=12, num_heads=4, position_scheme="rope")
 
 
 def test_evaluate_positions_counts_per_position(data):
@@ -211,8 +219,8 @@ def test_evaluate_positions_counts_per_position(data):
 # ============================================================== the rule and the table
 
 
-def fake_run(positions, seed, curve):
-    return {"positions": positions, "seed": seed, "valid_curve": curve,
+def fake_run(scheme, seed, curve):
+    return {"position_scheme": scheme, "seed": seed, "valid_curve": curve,
             "valid_loss": curve[-1][1], "loss": [1.0] * 16, "accuracy": [0.5] * 16,
             "translation_accuracy": [None, 1.0] * 8}  # fmt: skip
 
@@ -235,8 +243,8 @@ def test_format_table_fits_the_book(results):
 
 
 def test_results_file_holds_every_scheme_and_seed_to_four_lengths(results):
-    runs = Counter((r["positions"], r["seed"]) for r in results["runs"])
-    assert runs == Counter((p, s) for p in LM_POSITIONS for s in SEEDS)
+    runs = Counter((r["position_scheme"], r["seed"]) for r in results["runs"])
+    assert runs == Counter((p, s) for p in ARMS for s in SEEDS)
     assert len(SEEDS) >= 5
     size = results["data"]["train_len"]
     assert results["data"]["test_len"] >= 4 * size
@@ -246,12 +254,13 @@ def test_results_file_holds_every_scheme_and_seed_to_four_lengths(results):
 
 def test_results_file_was_made_with_todays_recipe(results):
     expected = asdict(LMConfig())
-    for name in ("seed", "positions", "steps"):
+    for name in ("seed", "position_scheme", "steps"):
         expected[name] = None
     for name in ("train_len", "test_len", "num_train", "num_valid", "num_test"):
         assert results["data"][name] == expected.pop(name)
     assert results["config"] == expected | {"betas": list(expected["betas"])}
-    assert results["short_arm"] == {"positions": SHORT[0], "steps": SHORT[1]}
+    assert {k: results["short_arm"][k] for k in ("position_scheme", "steps")} == {
+        "position_scheme": SHORT[0], "steps": SHORT[1]}
     assert results["environment"]["num_threads"] == 1
 
 
@@ -265,33 +274,96 @@ def test_every_arm_learned_within_the_margin_under_the_cap(results):
         assert r["steps_needed"] is not None and r["steps_needed"] <= rule["steps"], r
         assert r["valid_loss"] <= rule["target"] + MARGIN
     summary = summarise(results)
-    assert set(summary) == set(LM_POSITIONS)
+    assert set(summary) == set(ARMS)
 
 
-# The short arm, re-run: on the machine that wrote the file the run is bit-identical
-# (same seed, one thread); on another CPU training rounds differently and the numbers
-# move. Under tools/simulated_cpu.py's "avx2" and "baseline" profiles the short arm
-# with seed 0 moved its validation loss by at most 0.004 nats and its loss over the
-# last L/4 positions up to L and up to 4 L by at most 0.007 and 0.008 (issue 25);
-# MARGIN_RERUN is about three times that.
-MARGIN_RERUN = {"valid_loss": 0.012, "loss": 0.025}
+# ============================================================== the short arm
+
+# How far the short arm may move on another CPU. On the machine that recorded it the
+# re-run is bit-identical (same seed, one thread); elsewhere training rounds otherwise
+# and the numbers move. Measured with seeds 0 and 1: tools/simulated_cpu.py's "avx2"
+# profile gave the recorded numbers exactly (the recording machine is an AVX2 one); its
+# "baseline" profile moved the validation loss by at most 6.8e-4 nats, the per-position
+# losses (means over L/4 positions up to L and 4 L) by 2.6e-4 and the accuracies by
+# 1.3e-3. The main runs, recorded on an AVX-512 machine, differ from the short runs at
+# step 100 by at most 6.4e-4 nats (all five seeds). Each tolerance is about three times
+# the largest.
+SHORT_TOLERANCE = {"valid_loss": 0.002, "loss": 0.002, "accuracy": 0.004}
+
+
+def test_results_file_records_the_short_arm(results):
+    """The short arm: SHORT's scheme and steps with every seed, the environment it was
+    measured in, and its runs the first steps of that scheme's main runs (the schedule
+    and the batch order do not depend on the number of steps)."""
+    scheme, steps = SHORT
+    arm = results["short_arm"]
+    assert (arm["position_scheme"], arm["steps"]) == (scheme, steps)
+    assert arm["environment"]["num_threads"] == 1 and arm["environment"]["cpu_capability"]
+    assert sorted(r["seed"] for r in results["short_runs"]) == list(SEEDS)
+    main_runs = {r["seed"]: r for r in results["runs"] if r["position_scheme"] == scheme}
+    for short in results["short_runs"]:
+        assert short["position_scheme"] == scheme and short["steps"] == steps
+        assert short["valid_curve"] == [[steps, short["valid_loss"]]]
+        (main_loss,) = [loss for step, loss in main_runs[short["seed"]]["valid_curve"]
+                        if step == steps]  # fmt: skip
+        # the same computation, exact on one machine; the main runs were recorded on
+        # another CPU (see the environments), within what CPUs make of it
+        assert abs(short["valid_loss"] - main_loss) <= SHORT_TOLERANCE["valid_loss"]
+
+
+def test_short_only_writes_the_short_arm_into_a_results_file(tmp_path, capsys):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"config": {"a": 1}, "short_arm": None, "runs": [1],
+                                "short_runs": []}))  # fmt: skip
+    block = {"short_arm": {"position_scheme": "alibi", "steps": 3}, "short_runs": [2]}
+    merged = merge_into(path, block)
+    assert list(merged) == ["config", "short_arm", "runs", "short_runs"]  # places kept
+    assert merged["runs"] == [1] and merged["short_runs"] == [2]
+    assert merge_into(tmp_path / "new.json", block) == block
+    with pytest.raises(SystemExit):
+        main(["--short-only", "--short-steps", "0", "--output", str(path)])
+    assert "1 with --short-only" in capsys.readouterr().err
+
+
+def test_summary_of_runs_that_missed_the_target(results):
+    """A run that never came within the margin has no steps_needed: the summary takes
+    the others, and the table shows "-" where none reached it."""
+    missed = json.loads(json.dumps(results))
+    for r in missed["runs"]:
+        if r["position_scheme"] == "rope":
+            r["steps_needed"] = None
+    assert missed["runs"][0]["position_scheme"] == "none"
+    missed["runs"][0]["steps_needed"] = None  # one NoPE run of five
+    summary = summarise(missed)
+    assert all(math.isnan(x) for x in summary["rope"]["steps_needed"])
+    kept = [r["steps_needed"] for r in results["runs"][1:] if r["position_scheme"] == "none"]
+    assert summary["none"]["steps_needed"] == (np.mean(kept), min(kept), max(kept))
+    row = next(line for line in format_table(missed).splitlines() if line.startswith("rope"))
+    assert row.split()[-3:] == ["-", "-", "-"]
 
 
 @pytest.mark.slow
-def test_the_short_arm_reruns_inside_the_recorded_spread(results):
+def test_command_reproduces_the_recorded_short_arm(tmp_path, results):
+    """``python -m mha.translator.lm_lengths`` with the short arm's scheme and steps and
+    seed 0 gives that seed's recorded short run: the recipe, and its numbers within what
+    another CPU makes of them (``SHORT_TOLERANCE``)."""
     scheme, steps = SHORT
-    recorded = results["short_runs"]
-    assert {r["seed"] for r in recorded} == set(SEEDS)
-    fresh = run_one(0, scheme, steps)
-    assert fresh["valid_curve"][-1][0] == steps
-    values = [r["valid_loss"] for r in recorded]
-    margin = MARGIN_RERUN["valid_loss"]
-    assert min(values) - margin <= fresh["valid_loss"] <= max(values) + margin, values
-    # the loss at the training length and at four times it, over the last L/4 tokens
+    path = tmp_path / "short.json"
+    main(["--position-schemes", scheme, "--seeds", "0", "--steps", str(steps),
+          "--short-steps", "0", "--jobs", "1", "--output", str(path)])  # fmt: skip
+    fresh = json.loads(path.read_text())
+    assert fresh["config"] == results["config"] and fresh["data"] == results["data"]
+    (record,) = fresh["runs"]
+    (recorded,) = [r for r in results["short_runs"] if r["seed"] == 0]
+    assert record["valid_curve"][-1][0] == steps == record["steps"]
+    assert abs(record["valid_loss"] - recorded["valid_loss"]) <= SHORT_TOLERANCE["valid_loss"]
+    gap = abs(record["valid_translation_accuracy"] - recorded["valid_translation_accuracy"])
+    assert gap <= SHORT_TOLERANCE["accuracy"]
+    # per position, over the last L/4 tokens up to L and up to 4 L
     size = results["data"]["train_len"]
     for end in (size, 4 * size):
         window = slice(end - size // 4, end)
-        spread = [np.mean(r["loss"][window]) for r in recorded]
-        got = np.mean(fresh["loss"][window])
-        margin = MARGIN_RERUN["loss"]
-        assert min(spread) - margin <= got <= max(spread) + margin, (end, spread, got)
+        for measure, tolerance in (("loss", "loss"), ("accuracy", "accuracy"),
+                                   ("translation_accuracy", "accuracy")):  # fmt: skip
+            got, want = np.mean(record[measure][window]), np.mean(recorded[measure][window])
+            assert abs(got - want) <= SHORT_TOLERANCE[tolerance], (measure, end, got, want)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,6 +18,7 @@ from mha.translator import (
     sequence_loss,
     train,
 )
+from mha.translator.__main__ import main
 
 TINY = TrainConfig(num_train=300, num_heldout=20, num_compositional=20, steps=12, batch_size=16)
 
@@ -102,28 +102,58 @@ def test_batch_larger_than_corpus_is_refused(tiny_corpus):
         train(TrainConfig(batch_size=4096), corpus=tiny_corpus)
 
 
-@pytest.mark.slow
-def test_command_reproduces_the_shipped_checkpoint(tmp_path):
-    """``python -m mha.translator`` from scratch gets the shipped checkpoint's scores."""
+# How far the short run may move on another CPU. On the machine that recorded it the
+# re-run is bit-identical (same seed, one thread); elsewhere training rounds otherwise
+# and the numbers move, little at first and more as training amplifies last bits.
+# Measured with seeds 0, 1 and 2 (100 steps each): tools/simulated_cpu.py's "avx2"
+# profile gave this machine's numbers exactly (it is an AVX2 machine); its "baseline"
+# profile moved the losses of the first 30 steps by at most 9.5e-7 (two float32 ulps of
+# a loss near 4.9), those of the first 50 by 1.1e-4 (seed 2; 9.5e-7 for seeds 0 and 1),
+# those of all 100 steps by 0.034, the held-out score by 0.025, the compositional one by
+# 0.017 and the phrases by 0.125 (one of the 8). The tolerances: ten times the first,
+# about three times the others (the phrases: two).
+EARLY_STEPS = 30
+SHORT_TOLERANCE = {"early_loss": 1e-5, "loss": 0.1, "heldout": 0.075, "compositional": 0.05,
+                   "phrases": 0.25}  # fmt: skip
+
+
+def test_shipped_checkpoint_records_its_recipe_and_a_short_run():
+    """The shipped model was trained with today's defaults, and its notes hold the
+    first steps of that recipe: a loss per step, the scores, and where they were
+    measured (see mha.translator.checkpoint)."""
     shipped = read_metadata(CHECKPOINT)["extra"]
-    # The shipped model was trained with today's defaults (JSON turns tuples into lists).
+    # JSON turns tuples into lists
     assert shipped["train_config"] == asdict(TrainConfig()) | {"betas": [0.9, 0.98]}
-    path = tmp_path / "fresh.npz"
-    run = subprocess.run(
-        [sys.executable, "-m", "mha.translator", "--save", str(path)],
-        capture_output=True, text=True, check=True,
-    )
-    assert run.stderr == ""  # no progress display unless asked for
-    lines = run.stdout.strip().splitlines()
+    short = shipped["short_run"]
+    assert 0 < short["steps"] < TrainConfig.steps and len(short["losses"]) == short["steps"]
+    assert set(short["scores"]) == set(shipped["scores"])
+    assert short["environment"]["num_threads"] == TrainConfig.num_threads
+    assert short["losses"][0] > 4.5 > 1.5 > short["losses"][-1]  # ln(V) and falling
+
+
+@pytest.mark.slow
+def test_command_reproduces_the_shipped_recipe_in_a_short_run(tmp_path, capsys):
+    """``python -m mha.translator --steps N --save PATH`` trains the shipped recipe: the
+    same configuration but for the steps, and the loss of every step and the scores of
+    the checkpoint's short run, within what another CPU makes of them
+    (``SHORT_TOLERANCE``). That the full 500 steps reach the shipped scores (held-out >=
+    0.98, compositional >= 0.93) is chapter 7's claim: it trains ``TrainConfig()`` live,
+    asserts it, and checks the checkpoint's recipe is that config, field by field."""
+    shipped = read_metadata(CHECKPOINT)["extra"]
+    short = shipped["short_run"]
+    path = tmp_path / "short.npz"
+    assert main(["--steps", str(short["steps"]), "--save", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no progress display unless asked for
+    lines = out.strip().splitlines()
     assert lines[-2].startswith("compositional exact match: ")
     assert lines[-1].startswith("held-out exact match: ")
-    heldout = float(lines[-1].rsplit(" ", 1)[1])
-    compositional = float(lines[-2].rsplit(" ", 1)[1])
-    # Training numbers differ from CPU to CPU (see chapter 7): the margins held on
-    # every simulated CPU (tools/simulated_cpu.py), where seed 0 scored >= 0.996.
-    assert heldout == pytest.approx(shipped["scores"]["heldout"], abs=0.02)
-    assert compositional == pytest.approx(shipped["scores"]["compositional"], abs=0.07)
-    assert heldout >= 0.98 and compositional >= 0.93
     fresh = read_metadata(path)["extra"]
-    assert fresh["scores"]["heldout"] == pytest.approx(heldout, abs=1e-4)
-    assert fresh["train_config"] == shipped["train_config"]
+    assert fresh["train_config"] == shipped["train_config"] | {"steps": short["steps"]}
+    assert fresh["scores"]["heldout"] == pytest.approx(float(lines[-1].split()[-1]), abs=1e-4)
+    gaps = np.abs(np.array(fresh["losses"]) - np.array(short["losses"]))  # (steps,)
+    assert gaps[:EARLY_STEPS].max() <= SHORT_TOLERANCE["early_loss"], gaps[:EARLY_STEPS]
+    assert gaps.max() <= SHORT_TOLERANCE["loss"], (gaps.argmax(), gaps.max())
+    for split, recorded in short["scores"].items():
+        got = fresh["scores"][split]
+        assert abs(got - recorded) <= SHORT_TOLERANCE[split], (split, got, recorded)

@@ -36,7 +36,7 @@ def length_curves(
     Parameters
     ----------
     results : mapping
-        The results document (its ``runs``: ``positions``, and a list per measure).
+        The results document (its ``runs``: ``position_scheme``, and a list per measure).
     measure : str
         A key of :data:`MEASURE_LABELS`.
     smooth : int
@@ -62,7 +62,7 @@ def length_curves(
             sums = np.convolve(kept, np.ones(smooth))[: len(values)]
             with np.errstate(invalid="ignore", divide="ignore"):
                 values = np.where(counts > 0, sums / counts, np.nan)
-        per_scheme.setdefault(run["positions"], []).append(values)
+        per_scheme.setdefault(run["position_scheme"], []).append(values)
     curves = {}
     for scheme, rows in per_scheme.items():
         stack = np.stack(rows)  # (seeds, P)

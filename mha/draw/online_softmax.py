@@ -23,7 +23,6 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from mha.draw.flash_trace import ATOL, traced_flash_attention
 from mha.draw.style import (
     BLOCKED_FILL,
     HEAD_COLORS,
@@ -37,6 +36,7 @@ from mha.draw.style import (
     set_alt_text,
     tint,
 )
+from mha.draw.tile_trace import ATOL, traced_flash_attention
 
 # Colours of the online-softmax figure.
 CURRENT_COLOR = HEAD_COLORS[0]  # the keys of the tile just processed
@@ -107,7 +107,7 @@ def online_softmax_figure(
     mask: Any | None = None,
     *,
     query: int,
-    block_size: int,
+    tile_size: int,
     causal: bool = False,
 ) -> Figure:
     """One query row of :func:`mha.flash_attention`, tile by tile: why rescaling is exact.
@@ -137,7 +137,7 @@ def online_softmax_figure(
         **True = may attend**, broadcastable to ``(T, S)``.
     query : int
         The row ``t`` to follow, ``0 <= t < T``.
-    block_size : int
+    tile_size : int
         Queries and keys per tile.
     causal : bool
         As in :func:`mha.flash_attention`; tiles skipped for this row are not drawn
@@ -150,11 +150,11 @@ def online_softmax_figure(
     Raises
     ------
     ValueError
-        If the arrays are not 2-D or do not fit together, ``mask``, ``block_size`` or
+        If the arrays are not 2-D or do not fit together, ``mask``, ``tile_size`` or
         ``causal`` is invalid, ``query`` is out of range, the row may attend to no key,
-        or it spans more than 6 computed tiles (use a larger ``block_size``).
+        or it spans more than 6 computed tiles (use a larger ``tile_size``).
     """
-    run = traced_flash_attention(q, k, v, mask, block_size, causal)
+    run = traced_flash_attention(q, k, v, mask, tile_size, causal)
     trace, allowed, weights = run.trace, run.allowed, run.weights
     T, S = trace.num_queries, trace.num_keys
     t = check_index(query, T, "query", "T")
@@ -168,8 +168,8 @@ def online_softmax_figure(
     n = len(key_stop)
     if n > _MAX_STEPS:
         raise ValueError(f"query row {t} spans {n} computed key tiles, more than "
-                         f"{_MAX_STEPS} fit on a page: use a larger block_size than "
-                         f"{block_size}")
+                         f"{_MAX_STEPS} fit on a page: use a larger tile_size than "
+                         f"{tile_size}")
     key_start = [s.keys[0] for s in trace.steps  # the first key of each computed tile
                  if s.queries[0] <= t < s.queries[1] and not s.skipped]
     # (S, Dh) @ (Dh,) -> (S,): the row's scores, which the tiles saw piece by piece.
@@ -281,7 +281,7 @@ def online_softmax_figure(
 
     skipped = int(history.skipped.sum())
     heading = (f"Online softmax of query {t}: {n} key tile{'s' if n > 1 else ''} of "
-               f"block_size = {block_size}")
+               f"tile_size = {tile_size}")
     if skipped:
         heading += f", {skipped} skipped (above the causal diagonal)"
     fig.text(0.08 / MAX_WIDTH, 1 - 0.1 / height, heading, fontsize=TITLE_PT, va="top",
@@ -307,7 +307,7 @@ def online_softmax_figure(
                handlelength=1.6, columnspacing=1.2).set_gid("keys_legend")
     return set_alt_text(
         fig, f"Query row {t}'s online softmax over its {n} computed key tiles of "
-        f"{block_size} keys: for each tile the scores seen so far with the running maximum "
+        f"{tile_size} keys: for each tile the scores seen so far with the running maximum "
         f"m, the terms exp(score - m) whose sum is l, and the rescaling factor "
         f"exp(m_old - m_new) when m grows; last, the weights exp(score - m) / l, which "
         f"equal the softmax of the whole row of {S} keys."

@@ -2,7 +2,7 @@
 
 :func:`tiles_figure` runs :func:`mha.flash_attention` on the arrays it is given, with
 a trace, and draws what the trace recorded: the ``(T, S)`` score matrix cut into
-``block_size`` tiles, each tile coloured by what happened to it (computed; computed
+``tile_size`` tiles, each tile coloured by what happened to it (computed; computed
 with some pairs then set to ``-inf``; skipped above the causal diagonal) and numbered
 in the order it was computed. The tiled context is checked equal to the
 specification's, to 1e-12.
@@ -21,7 +21,6 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from mha.draw.flash_trace import traced_flash_attention
 from mha.draw.layout import Caption, Grid, Legend, compose
 from mha.draw.style import (
     BLOCKED_FILL,
@@ -32,6 +31,7 @@ from mha.draw.style import (
     set_alt_text,
     tint,
 )
+from mha.draw.tile_trace import traced_flash_attention
 from mha.tiled import TileTrace
 
 # What happened to a tile (and to the pairs inside it).
@@ -91,12 +91,12 @@ def tiles_figure(
     v: Any,
     mask: Any | None = None,
     *,
-    block_size: int,
+    tile_size: int,
     causal: bool | Sequence[bool] = (False, True),
 ) -> Figure:
     """The score matrix in tiles, as :func:`mha.flash_attention` walked it.
 
-    The function runs ``flash_attention(q, k, v, mask, block_size=block_size,
+    The function runs ``flash_attention(q, k, v, mask, tile_size=tile_size,
     causal=c, trace=...)`` once per value ``c`` of ``causal`` and draws one panel for
     each, side by side: the ``(T, S)`` pairs (queries as rows, keys as columns) with a
     thick outline round every tile. A tile is
@@ -106,8 +106,8 @@ def tiles_figure(
       (by ``mask`` or the causal diagonal): those scores were set to ``-inf``;
     * pale grey, without a number, when it was skipped: causal masking blocks all of it.
 
-    Computed tiles carry their number in the order they were computed (query blocks
-    top to bottom, within one the key blocks left to right). The caption gives the
+    Computed tiles carry their number in the order they were computed (the rows of
+    tiles top to bottom, within one its tiles left to right). The caption gives the
     counts of computed and skipped tiles from the trace.
 
     Parameters
@@ -118,7 +118,7 @@ def tiles_figure(
     v : array_like, shape (S, Dv)
     mask : bool array_like, optional
         **True = may attend**, broadcastable to ``(T, S)``; the same in every panel.
-    block_size : int
+    tile_size : int
         Queries and keys per tile.
     causal : bool or sequence of bool
         One panel per value; by default without and with causal masking.
@@ -131,7 +131,7 @@ def tiles_figure(
     ------
     ValueError
         If ``q``, ``k``, ``v`` are not 2-D or do not fit together, ``mask`` is not
-        boolean or does not broadcast to ``(T, S)``, ``block_size`` is not a positive
+        boolean or does not broadcast to ``(T, S)``, ``tile_size`` is not a positive
         integer, ``causal`` holds something other than True / False (or more than 4
         values), ``causal=True`` meets ``S < T``, or the matrix is too large to draw
         8 inches wide.
@@ -142,8 +142,8 @@ def tiles_figure(
             f"causal must be True, False or a sequence of 1 to {_MAX_TILE_PANELS} of them, "
             f"got {causal!r}"
         )
-    runs = [traced_flash_attention(q, k, v, mask, block_size, c) for c in panels]
-    T, S, b = runs[0].trace.num_queries, runs[0].trace.num_keys, runs[0].trace.block_size
+    runs = [traced_flash_attention(q, k, v, mask, tile_size, c) for c in panels]
+    T, S, b = runs[0].trace.num_queries, runs[0].trace.num_keys, runs[0].trace.tile_size
     if T == 0 or S == 0:
         raise ValueError(f"q and k need at least one query and one key, got T = {T}, S = {S}")
     nq, nk = math.ceil(T / b), math.ceil(S / b)
@@ -169,7 +169,7 @@ def tiles_figure(
     ) if kind in seen_kinds]
     per_line = 2 if len(legend) == 4 else 3
     rows: list = [
-        Caption(f"T = {T} queries, S = {S} keys, block_size = {b}: {nq} x {nk} tiles, "
+        Caption(f"T = {T} queries, S = {S} keys, tile_size = {b}: {nq} x {nk} tiles, "
                 "numbered in the order flash_attention computed them"),
         *[Legend(legend[i : i + per_line]) for i in range(0, len(legend), per_line)],
         *[grids[i : i + per_row] for i in range(0, len(grids), per_row)],

@@ -3,7 +3,7 @@
 Two walks over different keys of the same queries each end with the running
 quantities of chapter 9: the maximum ``m``, the sum ``l`` of ``exp(z - m)`` and the
 unnormalised context ``a``. Merging them is one update of the online softmax; it is
-how FlashAttention's key blocks (and split-key decoding) are combined. ``mha`` does
+how FlashAttention's tiles of one row (and split-key decoding) are combined. ``mha`` does
 this inside ``flash_attention``; the reference is written here and tested against it.
 """
 

@@ -11,13 +11,19 @@ and has one module per job:
   its train, held-out and compositional splits (:func:`generate_corpus`);
 * :mod:`~mha.translator.length_split`: sentences longer than training
   (:func:`length_probes`), and the corpus split by length;
-* :mod:`~mha.translator.training`: the recipe, :class:`TrainConfig`, and :func:`train`;
+* :mod:`~mha.translator.training`: the recipe (:class:`Recipe`, :class:`TrainConfig`),
+  the training loop (:func:`~mha.translator.training.fit`) and :func:`train`;
 * :mod:`~mha.translator.decoding`: greedy decoding and the :class:`Translator`;
 * :mod:`~mha.translator.evaluation`: whole-sentence exact match on the splits;
 * :mod:`~mha.translator.checkpoint`: pickle-free ``.npz`` checkpoints, and the one
   shipped with the book (:func:`load_pretrained`).
 * :mod:`~mha.translator.lengths`: ``python -m mha.translator.lengths``, the
-  length-generalisation experiment of each position scheme on the length split.
+  length-generalisation experiment of each position scheme on the length split;
+* :mod:`~mha.translator.lm_data`, :mod:`~mha.translator.lm_model`,
+  :mod:`~mha.translator.lm_training` and :mod:`~mha.translator.lm_lengths`:
+  ``python -m mha.translator.lm_lengths``, the same question asked of a causal
+  language model (its documents, its model, one run through the same training loop,
+  the study); :mod:`~mha.translator.study`, what the two studies' command lines share.
 
 ``python -m mha.translator`` trains one from scratch and prints its scores.
 The names below are the ones the chapters use, e.g. ``mha.translator.train(config)``.
@@ -37,6 +43,7 @@ from mha.translator.evaluation import closest_deciding_margin, evaluate, exact_m
 from mha.translator.grammar import Example
 from mha.translator.length_split import length_probes
 from mha.translator.training import (
+    Recipe,
     TrainConfig,
     TrainResult,
     build_model,
@@ -51,6 +58,7 @@ __all__ = [
     "CHECKPOINT",
     "Corpus",
     "Example",
+    "Recipe",
     "TrainConfig",
     "TrainResult",
     "Translator",

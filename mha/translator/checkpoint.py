@@ -3,9 +3,15 @@
 A checkpoint is one ``.npz`` file (NumPy's zip of arrays): every tensor of the
 model's ``state_dict`` as a float32 array, plus one string array ``__meta__`` holding
 JSON: the model's constructor arguments (its ``config``, all of them), both
-vocabularies and free-form notes (the shipped one records its training recipe and
-scores). It is read with ``np.load(..., allow_pickle=False)``, so loading a
-checkpoint can never run code.
+vocabularies and free-form notes. It is read with ``np.load(..., allow_pickle=False)``,
+so loading a checkpoint can never run code.
+
+The shipped one's notes (``read_metadata(CHECKPOINT)["extra"]``) hold its training
+recipe and scores, and a ``short_run``: what ``python -m mha.translator --steps 100
+--save PATH`` recorded (the loss of each step, the scores, the environment they were
+measured in), which the tests re-run in seconds. Neither the Noam schedule nor the batch
+order depends on the number of steps, so those are the first 100 steps of the shipped
+recipe.
 """
 
 from __future__ import annotations
@@ -39,7 +45,10 @@ _META_KEY = "__meta__"
 #: Constructor arguments that ``Transformer`` gained after checkpoints were first
 #: written, each with the value that every checkpoint written before it had (there was
 #: no other): a stored config without one of these is read with that value.
-_ADDED_LATER = {"positions": "sinusoidal"}
+_ADDED_LATER = {"position_scheme": "sinusoidal"}
+#: Constructor arguments that ``Transformer`` renamed, old name -> new: a stored config
+#: with the old name is read under the new one.
+_RENAMED = {"positions": "position_scheme"}
 
 
 def model_config(model: Transformer) -> dict[str, object]:
@@ -93,9 +102,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
 
     The model is ``Transformer(**config)`` with the stored config, which must name
     every constructor argument: nothing is filled in with a default. The one
-    exception is an argument added after checkpoints existed (``positions``): a
-    config written before it has none and is read with the only value there was then
-    (``"sinusoidal"``).
+    exceptions: an argument added after checkpoints existed (``position_scheme``) is
+    read, where a config written before it has none, with the only value there was
+    then (``"sinusoidal"``); and a renamed argument (``positions``, now
+    ``position_scheme``) is read under its new name.
 
     Raises
     ------
@@ -109,7 +119,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Translator:
             raise ValueError(f"{path} is not a translator checkpoint: no {_META_KEY!r} entry")
         meta = json.loads(str(data[_META_KEY]))
         state = {k: torch.from_numpy(data[k]) for k in data.files if k != _META_KEY}
-    config = _ADDED_LATER | meta["model"]
+    config = _ADDED_LATER | {_RENAMED.get(k, k): v for k, v in meta["model"].items()}
     expected = set(inspect.signature(Transformer).parameters)
     unknown, missing = sorted(set(config) - expected), sorted(expected - set(config))
     if unknown or missing:

@@ -17,9 +17,12 @@ changes.)
 
 from __future__ import annotations
 
+import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -33,10 +36,14 @@ from mha.translator.grammar import Example
 from mha.translator.vocab import Vocab
 
 __all__ = [
+    "Fit",
+    "Recipe",
     "TrainConfig",
     "TrainResult",
     "build_model",
     "encode_examples",
+    "environment",
+    "fit",
     "noam_lr",
     "sequence_loss",
     "train",
@@ -44,14 +51,34 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything that determines a training run.
+class Recipe:
+    """How a model is trained here: the seed, the optimisation and the threads.
+
+    The translator (:class:`TrainConfig`) and the language-model length study
+    (``mha.translator.lm_training.LMConfig``) both extend it, and :func:`fit` reads it.
+    """
+
+    seed: int = 0
+    steps: int = 500
+    batch_size: int = 64
+    warmup: int = 100
+    lr_scale: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    label_smoothing: float = 0.1
+    weight_decay: float = 0.1  # > 0: AdamW (decoupled decay) instead of Adam
+    num_threads: int = 1
+
+
+@dataclass(frozen=True)
+class TrainConfig(Recipe):
+    """Everything that determines a training run: the :class:`Recipe`, the corpus and
+    the model.
 
     The defaults are tuned to reach >= 0.99 exact match on the random held-out split
     and >= 0.95 on the compositional split in well under 10 s on a 2-core CPU.
     """
 
-    seed: int = 0
     # corpus (see mha.translator.corpus.generate_corpus)
     num_train: int = 10000
     num_heldout: int = 1000
@@ -65,18 +92,8 @@ class TrainConfig:
     dropout: float = 0.0
     max_len: int = 32
     norm_first: bool = False
-    positions: str = "sinusoidal"  # or "rope", "alibi": see Transformer
+    position_scheme: str = "sinusoidal"  # or "none", "rope", "alibi", ...: see Transformer
     embedding_std: float | None = None  # None: keep Transformer's N(0, d_model**-0.5)
-    # optimisation
-    steps: int = 500
-    batch_size: int = 64
-    warmup: int = 100
-    lr_scale: float = 1.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    label_smoothing: float = 0.1
-    weight_decay: float = 0.1  # > 0: AdamW (decoupled decay) instead of Adam
-    num_threads: int = 1
 
 
 @dataclass
@@ -178,6 +195,18 @@ def encode_examples(
     return src, tgt[:, :-1], tgt[:, 1:]  # shift by one: input <s>..y_n, output y_1..</s>
 
 
+def environment(num_threads: int) -> dict[str, object]:
+    """Where a training run's numbers come from: the torch version, the CPU capability
+    its kernels were chosen for, the thread count and Python (results files and
+    checkpoints record it, since training results differ from CPU to CPU)."""
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "num_threads": num_threads,
+        "python": platform.python_version(),
+    }
+
+
 def build_model(config: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -> Transformer:
     """A freshly initialised Transformer for ``config`` (seeded by the caller)."""
     model = Transformer(
@@ -192,7 +221,7 @@ def build_model(config: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -
         max_len=config.max_len,
         pad_id=Vocab.pad_id,
         norm_first=config.norm_first,
-        positions=config.positions,
+        position_scheme=config.position_scheme,
     )
     if config.embedding_std is not None:  # to demonstrate the initialisation trap
         for embedding in (model.src_embedding, model.tgt_embedding):
@@ -200,10 +229,107 @@ def build_model(config: TrainConfig, src_vocab_size: int, tgt_vocab_size: int) -
     return model
 
 
+M = TypeVar("M", bound=nn.Module)
+
+
+@dataclass
+class Fit(Generic[M]):
+    """What :func:`fit` returns: the model (in eval mode), the mean loss and the
+    learning rate of every step, and the loop's wall time (machine-dependent)."""
+
+    model: M
+    losses: list[float]
+    learning_rates: list[float]
+    seconds: float
+
+
+def fit(
+    config: Recipe,
+    d_model: int,
+    build: Callable[[], M],
+    num_examples: int,
+    batch_loss: Callable[[M, Tensor], Tensor],
+    after_step: Callable[[int, M, list[float]], None] | None = None,
+) -> Fit[M]:
+    """The training loop of the translator and of the LM study: one recipe, one order.
+
+    Inside ``num_threads(config.num_threads)``, in this order (each seeded draw comes
+    after the one before it, so the order is part of the result): ``torch.manual_seed``,
+    then ``build()`` (the initial weights), a batch shuffler seeded with the same seed,
+    Adam (AdamW when ``weight_decay > 0``, fused) under the warm-up schedule
+    :func:`noam_lr`, then ``config.steps`` steps over batches of ``config.batch_size``
+    examples drawn without replacement (a new permutation each epoch, the remainder
+    dropped).
+
+    Parameters
+    ----------
+    config : Recipe
+    d_model : int
+        The model's width, which scales the learning rate (:func:`noam_lr`).
+    build : callable
+        Returns a freshly initialised model (seeded here, just before the call).
+    num_examples : int
+        N: the examples are ``0 .. N - 1``; ``batch_loss`` gets their indices.
+    batch_loss : callable
+        ``batch_loss(model, idx)`` -> scalar loss of the examples ``idx`` ``(B,)``.
+    after_step : callable, optional
+        ``after_step(step, model, losses)`` after each optimizer step (``step`` counts
+        from 1): progress, evaluation. It must leave the model in training mode.
+
+    Returns
+    -------
+    Fit
+    """
+    if config.batch_size > num_examples:
+        raise ValueError(
+            f"batch_size={config.batch_size} is larger than the {num_examples} examples"
+        )
+    with num_threads(config.num_threads):  # the thread count changes the bits: fix it
+        torch.manual_seed(config.seed)  # initial weights
+        model = build()
+        shuffler = torch.Generator().manual_seed(config.seed)  # batch order
+        adam = torch.optim.AdamW if config.weight_decay > 0 else torch.optim.Adam
+        optimizer = adam(
+            model.parameters(),
+            lr=1.0,  # the scheduler's factor *is* the learning rate
+            betas=config.betas,
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+            fused=True,  # one kernel per step instead of one per parameter tensor
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda i: noam_lr(i + 1, d_model, config.warmup, config.lr_scale)
+        )
+        model.train()
+        losses: list[float] = []
+        lrs: list[float] = []
+        order = torch.randperm(num_examples, generator=shuffler)
+        cursor = 0
+        start = time.perf_counter()
+        for step in range(1, config.steps + 1):
+            if cursor + config.batch_size > num_examples:  # new epoch: reshuffle, drop the rest
+                order = torch.randperm(num_examples, generator=shuffler)
+                cursor = 0
+            idx = order[cursor : cursor + config.batch_size]  # (B,)
+            cursor += config.batch_size
+            loss = batch_loss(model, idx)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+            if after_step is not None:
+                after_step(step, model, losses)
+        seconds = time.perf_counter() - start
+        model.eval()
+    return Fit(model, losses, lrs, seconds)
+
+
 def train(
     config: TrainConfig | None = None, *, corpus: Corpus | None = None, progress: bool = False
 ) -> TrainResult:
-    """Train a translator from scratch.
+    """Train a translator from scratch (teacher forcing, through :func:`fit`).
 
     Parameters
     ----------
@@ -229,57 +355,30 @@ def train(
             num_compositional=config.num_compositional,
         )
     src, tgt_in, tgt_out = encode_examples(corpus.train, corpus.src_vocab, corpus.tgt_vocab)
-    n = src.shape[0]
-    if config.batch_size > n:
-        raise ValueError(f"batch_size={config.batch_size} is larger than the {n} examples")
+    pad_id = corpus.tgt_vocab.pad_id
 
-    with num_threads(config.num_threads):  # the thread count changes the bits: fix it
-        torch.manual_seed(config.seed)  # initial weights
-        model = build_model(config, len(corpus.src_vocab), len(corpus.tgt_vocab))
-        shuffler = torch.Generator().manual_seed(config.seed)  # batch order
-        adam = torch.optim.AdamW if config.weight_decay > 0 else torch.optim.Adam
-        optimizer = adam(
-            model.parameters(),
-            lr=1.0,  # the scheduler's factor *is* the learning rate
-            betas=config.betas,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            fused=True,  # one kernel per step instead of one per parameter tensor
-        )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda i: noam_lr(i + 1, config.d_model, config.warmup, config.lr_scale)
-        )
-        model.train()
-        losses: list[float] = []
-        lrs: list[float] = []
-        order = torch.randperm(n, generator=shuffler)
-        cursor = 0
-        start = time.perf_counter()
-        for step in range(1, config.steps + 1):
-            if cursor + config.batch_size > n:  # new epoch: reshuffle, drop the remainder
-                order = torch.randperm(n, generator=shuffler)
-                cursor = 0
-            idx = order[cursor : cursor + config.batch_size]
-            cursor += config.batch_size
-            logits = model(src[idx], tgt_in[idx])  # (B, S), (B, T) -> (B, T, V)
-            loss = sequence_loss(
-                logits, tgt_out[idx], corpus.tgt_vocab.pad_id, config.label_smoothing
+    def batch_loss(model: Transformer, idx: Tensor) -> Tensor:
+        logits = model(src[idx], tgt_in[idx])  # (B, S), (B, T) -> (B, T, V)
+        return sequence_loss(logits, tgt_out[idx], pad_id, config.label_smoothing)
+
+    def show_progress(step: int, _model: Transformer, losses: list[float]) -> None:
+        if step % 50 == 0 or step == config.steps:
+            print(
+                f"\rstep {step}/{config.steps}  loss {losses[-1]:.3f}",
+                end="" if step < config.steps else "\n",
+                file=sys.stderr,
+                flush=True,
             )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            lrs.append(optimizer.param_groups[0]["lr"])
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
-            if progress and (step % 50 == 0 or step == config.steps):
-                print(
-                    f"\rstep {step}/{config.steps}  loss {losses[-1]:.3f}",
-                    end="" if step < config.steps else "\n",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        seconds = time.perf_counter() - start
-        model.eval()
+
+    done = fit(
+        config,
+        config.d_model,
+        lambda: build_model(config, len(corpus.src_vocab), len(corpus.tgt_vocab)),
+        src.shape[0],
+        batch_loss,
+        show_progress if progress else None,
+    )
+    translator = Translator(done.model, corpus.src_vocab, corpus.tgt_vocab)
     return TrainResult(
-        Translator(model, corpus.src_vocab, corpus.tgt_vocab), corpus, config, losses, lrs, seconds
+        translator, corpus, config, done.losses, done.learning_rates, done.seconds
     )

@@ -39,7 +39,7 @@ class TracedRun(NamedTuple):
     weights: np.ndarray  # (T, S) the specification's softmax weights
 
 
-def traced_flash_attention(q: Any, k: Any, v: Any, mask: Any | None, block_size: int,
+def traced_flash_attention(q: Any, k: Any, v: Any, mask: Any | None, tile_size: int,
                            causal: bool) -> TracedRun:
     """flash_attention with a trace on one head's (T, Dh), (S, Dh), (S, Dv) arrays, in
     float64, checked against the specification's attention with the same mask."""
@@ -47,8 +47,8 @@ def traced_flash_attention(q: Any, k: Any, v: Any, mask: Any | None, block_size:
     k = _as_matrix(k, "k", "(S, Dh)")
     v = _as_matrix(v, "v", "(S, Dv)")
     trace = TileTrace()
-    # flash_attention checks the shapes, the mask, block_size and causal.
-    context, _ = flash_attention(q, k, v, mask, block_size=block_size, causal=causal,
+    # flash_attention checks the shapes, the mask, tile_size and causal.
+    context, _ = flash_attention(q, k, v, mask, tile_size=tile_size, causal=causal,
                                  trace=trace)
     T, S = q.shape[0], k.shape[0]
     allowed = np.ones((T, S), bool)

@@ -1,8 +1,8 @@
-"""Attention masks from batches of token ids, in PyTorch, for the Transformer.
+"""Attention masks in PyTorch: the torch twin of :mod:`mha.masks`, for the models.
 
-Torch versions of :mod:`mha.masks` for ``(B, L)`` token-id tensors, so that a model
-builds its masks on the tokens' device without a NumPy round trip. Same convention:
-``True`` = may attend.
+The causal mask, and the masks of ``(B, L)`` token-id tensors, so that a model builds
+its masks on the tokens' device without a NumPy round trip. Same convention: ``True`` =
+may attend. Written again here, not imported: the tests compare the two.
 """
 
 from __future__ import annotations
@@ -10,7 +10,33 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["source_mask", "target_mask"]
+from mha._checks import check_queries_and_keys
+
+__all__ = ["causal_mask", "check_token_ids", "source_mask", "target_mask"]
+
+
+def causal_mask(
+    size: int, num_keys: int | None = None, *, device: torch.device | str | None = None
+) -> Tensor:
+    """Causal mask, as ``mha.causal_mask``: query ``t`` may attend to the keys up to it.
+
+    Parameters
+    ----------
+    size : int
+        ``T``, the number of queries.
+    num_keys : int, optional
+        ``S >= T`` when the queries are the last ``T`` of ``S`` positions. Default ``T``.
+    device : torch.device or str, optional
+
+    Returns
+    -------
+    Tensor
+        ``(T, S)`` bool, the diagonal aligned to the bottom right; broadcasts against
+        ``(B, H, T, S)``.
+    """
+    size, num_keys = check_queries_and_keys(size, num_keys)
+    ones = torch.ones(size, num_keys, dtype=torch.bool, device=device)  # (T, S)
+    return ones.tril(diagonal=num_keys - size)
 
 
 def source_mask(src: Tensor, pad_id: int) -> Tensor:
@@ -51,13 +77,13 @@ def target_mask(tgt_in: Tensor, pad_id: int) -> Tensor:
         padding_mask(tokens=tgt_in, pad_id=pad_id))``.
     """
     check_token_ids(tgt_in, "tgt_in")
-    size = tgt_in.shape[1]
-    causal = torch.ones(size, size, dtype=torch.bool, device=tgt_in.device).tril()  # (T, T)
+    causal = causal_mask(tgt_in.shape[1], device=tgt_in.device)  # (T, T)
     padding = (tgt_in != pad_id)[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
     return padding & causal  # (B, 1, 1, T) & (T, T) -> (B, 1, T, T)
 
 
 def check_token_ids(tokens: Tensor, name: str) -> None:
+    """Refuse anything but a ``(B, L)`` integer tensor of token ids, naming it ``name``."""
     if not isinstance(tokens, Tensor) or tokens.ndim != 2:
         shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
         raise ValueError(f"{name} must be a (B, L) tensor of token ids, got shape {shape}")
