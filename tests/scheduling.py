@@ -187,9 +187,11 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if call.when == "teardown" and _START in item.stash:
-        # From the start of setup to the end of the test's own teardown.
+        # From the start of setup to the end of the test's own teardown. A process that
+        # ends without this tree reaping it takes its time along (Chromium, when the
+        # last test's teardown closes the browser: its time was counted while it ran).
         outcome.get_result().user_properties.append(
-            ("cpu_seconds", tree_cpu_seconds() - item.stash[_START]))
+            ("cpu_seconds", max(0.0, tree_cpu_seconds() - item.stash[_START])))
 
 
 class _Totals:
