@@ -301,10 +301,13 @@ class PageReport:
 
 
 def inspect_page(browser, origin: Served, path: str, desktop: tuple[int, int],
-                 phone: tuple[int, int], cjk: bool) -> PageReport:
+                 phone: tuple[int, int], cjk: bool,
+                 measured: dict[str, set[str]] | None = None) -> PageReport:
     """One first visit to ``origin/path`` (a new browser context: an empty cache), and
     everything measured on it: the bytes it fetched, its Chinese glyphs (``cjk``), and
-    :func:`examine`'s problems at the ``desktop`` window, then at ``phone``."""
+    :func:`examine`'s problems at the ``desktop`` window, then at ``phone`` (``measured``:
+    the styles of text whose contrast this process has measured, see
+    :func:`accessibility_problems`)."""
     context = browser.new_context(viewport={"width": desktop[0], "height": desktop[1]})
     try:
         page = context.new_page()
@@ -315,13 +318,14 @@ def inspect_page(browser, origin: Served, path: str, desktop: tuple[int, int],
         sent = origin.take_sent()
         glyphs = page.evaluate(MISSING_GLYPHS_JS) if cjk else None
         facts: dict = {}
-        found += examine(page, phone, facts)
+        found += examine(page, phone, facts, measured)
     finally:
         context.close()
     return PageReport(found, sent, glyphs, facts)
 
 
-def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = None) -> list[str]:
+def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = None,
+            measured: dict[str, set[str]] | None = None) -> list[str]:
     """Every problem on a loaded ``page``, one readable line each; ``facts`` (a dict)
     gets what the tests read besides: ``typeset``, the formulas MathJax typeset, and
     with ``phone``, ``words``: what the site's own scripts wrote at that width
@@ -350,7 +354,7 @@ def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = Non
         facts["typeset"] = report["typeset"]
     page.evaluate(OPEN_ALL_JS)
     layout = page.evaluate(LAYOUT_JS)
-    found += accessibility_problems(page)
+    found += accessibility_problems(page, measured=measured)
     small = None
     if phone is not None:
         page.set_viewport_size({"width": phone[0], "height": phone[1]})
@@ -358,7 +362,7 @@ def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = Non
         small = page.evaluate(LAYOUT_JS)
         if facts is not None:
             facts["words"] = page.evaluate(SCRIPT_WORDS_JS)
-        found += accessibility_problems(page, phone=True)
+        found += accessibility_problems(page, phone=True, measured=measured)
     for shown in (layout, small):
         if shown is not None and shown["page"]:
             wide = shown["page"]
@@ -400,48 +404,169 @@ def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = Non
     return found
 
 
-AXE_RUN_JS = """
-async (options) => (await axe.run(document, options)).violations.flatMap(
-  v => v.nodes.map(n => ({rule: v.id, impact: v.impact, target: n.target.join(' '),
-                          help: v.help})))
+# A chapter holds thousands of elements with text (one <span> per code token, every
+# link of the tables of contents, every cell of a table), yet the whole site holds a
+# few hundred styles of text; axe's colour-contrast rule measured every element, most
+# of the time a page spent in axe. The contrast of a text element is set by its colour,
+# the size and weight of its font, its shadow, and what is painted behind it: its own
+# and its ancestors' backgrounds, opacity and filters, and any other painted box it
+# lies over. So, before each run, in the page's current mode and width, every element
+# with text gets a key of all that (a box it lies over enters the key with its own
+# painting and ancestors', its position and z-index, whether it comes before or after
+# the text in the page, and whether it lies under all of the text or part of it). The
+# rule then measures (``data-axe-measure``) one element of each key not yet measured in
+# this mode by the test process, in sight (not cut off or scrolled out of its box) and
+# with two characters or more where the page has one (where a single character fails,
+# axe calls it undecided rather than a violation); a key with no element in sight is
+# measured on every element, and so is each element axe itself cannot measure
+# (characters outside the Basic Multilingual Plane, no box) and each form field (its
+# text is its value). Where axe does not pass the element measured for a key, every
+# element of that key is measured (``MARK_MEMBERS_JS``). Seen on chapter 4, at both
+# widths and in both modes: 3,250 to 3,813 elements with text, 80 to 92 keys, and within
+# each key axe measured the same colours and ratio every time. Returns the marks of the
+# elements measured for a key, with their keys, and how many elements were marked (in
+# all, and with a box: axe measures nothing that has none).
+MARK_TEXT_JS = r"""
+(known) => {
+  known = new Set(known);
+  document.querySelectorAll('[data-axe-measure]')
+    .forEach(el => el.removeAttribute('data-axe-measure'));
+  const style = new Map(), chain = new Map(), clips = new Map();
+  const css = el => { let s = style.get(el); if (!s) style.set(el, s = getComputedStyle(el)); return s; };
+  const paint = el => {
+    const s = css(el);
+    return [s.backgroundColor, s.backgroundImage, s.boxShadow, s.opacity, s.filter,
+            s.mixBlendMode, s.visibility].join(' ');
+  };
+  const chainOf = el => {  // the painting of an element and of all its ancestors
+    if (!el) return '';
+    let c = chain.get(el);
+    if (c === undefined) chain.set(el, c = chainOf(el.parentElement) + ';' + paint(el));
+    return c;
+  };
+  const clipsOf = el => {  // the boxes around an element that cut off what sticks out
+    if (!el) return [];
+    let c = clips.get(el);
+    if (c === undefined) {
+      const s = css(el);
+      c = clipsOf(el.parentElement);
+      if (s.overflowX !== 'visible' || s.overflowY !== 'visible' || s.clipPath !== 'none'
+          || s.clip !== 'auto' || s.contain.includes('paint')) {
+        c = c.concat([el.getBoundingClientRect()]);
+      }
+      clips.set(el, c);
+    }
+    return c;
+  };
+  // What puts colour on the page besides text: backgrounds, shadows, replaced content;
+  // filed by 200 px bands of the page for the overlap test below.
+  const replaced = new Set(['IMG', 'svg', 'CANVAS', 'VIDEO', 'IFRAME', 'OBJECT', 'EMBED']);
+  const band = y => Math.floor((y + window.scrollY) / 200);
+  const bands = new Map();
+  for (const el of document.body.querySelectorAll('*')) {
+    const s = css(el);
+    if (s.backgroundColor === 'rgba(0, 0, 0, 0)' && s.backgroundImage === 'none'
+        && s.boxShadow === 'none' && !replaced.has(el.tagName)) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width <= 0 || r.height <= 0) continue;
+    for (let b = band(r.top); b <= band(r.bottom); b++) {
+      if (!bands.has(b)) bands.set(b, []);
+      bands.get(b).push([el, r]);
+    }
+  }
+  const inside = (r, b) => r.left >= b.left && r.right <= b.right && r.top >= b.top && r.bottom <= b.bottom;
+  const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const under = (el, r) => {  // the painted boxes other than its ancestors it lies over
+    const found = new Set();
+    for (let b = band(r.top); b <= band(r.bottom); b++) {
+      for (const [p, box] of bands.get(b) || []) {
+        if (p.contains(el) || !overlaps(r, box)) continue;
+        const s = css(p);
+        found.add([chainOf(p), s.position, s.zIndex, p.tagName,
+                   p.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING ? 'before' : 'after',
+                   inside(r, box) ? 'all' : 'part'].join(' '));
+      }
+    }
+    return [...found].sort().join(' + ');
+  };
+  // Every element with text of its own, in document order.
+  const owners = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.data.trim() && n.parentElement) owners.add(n.parentElement);
+  }
+  const keys = {};
+  let marked = 0, boxless = 0;
+  const measure = (el, key) => {
+    el.setAttribute('data-axe-measure', marked);
+    if (key) keys[marked] = key;
+    marked++;
+  };
+  const members = new Map();  // key -> its elements on this page, in document order
+  for (const el of owners) {
+    const text = Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.data).join('').trim();
+    const r = el.getBoundingClientRect();
+    if (/[\ud800-\udfff]/.test(text) || r.width < 1 || r.height < 1) {
+      measure(el, null);  // axe's own judgement: characters it cannot measure, no box
+      boxless += r.width < 1 || r.height < 1;
+      continue;
+    }
+    // Cut off or scrolled out of sight by a box around it: it can share a key, but not
+    // stand for one, and what lies under it out there is never seen.
+    const shown = clipsOf(el.parentElement).every(b => inside(r, b));
+    const s = css(el);
+    const key = [s.color, s.fontSize, s.fontWeight, s.textShadow, s.webkitTextFillColor,
+                 s.webkitTextStrokeWidth, chainOf(el), shown ? under(el, r) : ''].join('|');
+    if (!members.has(key)) members.set(key, []);
+    members.get(key).push([el, shown, text.length]);
+  }
+  window.axeKeyMembers = members;  // for MARK_MEMBERS_JS
+  for (const [key, els] of members) {
+    if (known.has(key)) continue;  // measured before, with no violation
+    const rep = els.find(([, shown, n]) => shown && n >= 2) || els.find(([, shown]) => shown);
+    if (rep) measure(rep[0], key);
+    else els.forEach(([el]) => measure(el, null));
+  }
+  document.querySelectorAll('input, select, textarea').forEach(el => measure(el, null));
+  return {keys, marked, inSight: marked - boxless};
+}
 """
 
-# Code blocks are most of a chapter's elements (one <span> per token: 8,000 on the
-# longest page) and most of axe's colour-contrast time, yet they hold a handful of
-# styles. A token's contrast depends only on its colour, its font's size and weight, its
-# shadow, and what is painted behind it: its own and its ancestors' backgrounds, opacity
-# and filters (nothing is laid over a code block). So, before each contrast run, every
-# token whose style, and whose every ancestor's painting, another token already has is
-# marked `data-axe-same`, and the colour-contrast rule skips marked elements: one token
-# of each style is checked, in the page's current mode and width. Returns how many
-# tokens were marked.
-MARK_SAME_CODE_JS = """
-() => {
-  document.querySelectorAll('[data-axe-same]').forEach(el => el.removeAttribute('data-axe-same'));
-  const painted = el => {
-    const s = getComputedStyle(el);
-    return [s.backgroundColor, s.backgroundImage, s.opacity, s.filter, s.mixBlendMode].join(' ');
-  };
-  const seen = new Set();
+# Marks every element of the given keys (of the last MARK_TEXT_JS) to be measured.
+MARK_MEMBERS_JS = """
+(keys) => {
+  document.querySelectorAll('[data-axe-measure]')
+    .forEach(el => el.removeAttribute('data-axe-measure'));
   let marked = 0;
-  for (const pre of document.querySelectorAll('div.highlight pre')) {
-    let behind = '';
-    for (let a = pre; a; a = a.parentElement) behind += painted(a) + ';';
-    for (const el of pre.querySelectorAll('span')) {
-      if (el.firstElementChild || !el.textContent.trim()) continue;
-      const s = getComputedStyle(el);
-      let key = [s.color, s.fontSize, s.fontWeight, s.textShadow, behind].join('|');
-      for (let a = el; a !== pre; a = a.parentElement) key += '|' + painted(a);
-      if (seen.has(key)) { el.setAttribute('data-axe-same', ''); marked++; } else seen.add(key);
+  for (const key of keys) {
+    for (const [el] of window.axeKeyMembers.get(key) || []) {
+      el.setAttribute('data-axe-measure', 'all ' + marked++);
     }
   }
   return marked;
 }
 """
 
-# axe's colour-contrast rule looks at every element (selector '*'): skip the marked ones.
+# axe's colour-contrast rule looks at every element (selector '*'): only those marked.
 AXE_CONFIGURE_JS = """
-() => axe.configure({rules: [{id: 'color-contrast', selector: '*:not([data-axe-same])'}]})
+() => axe.configure({rules: [{id: 'color-contrast', selector: '[data-axe-measure]'}]})
+"""
+
+# The violations, and the marks of the elements whose contrast did not pass (a
+# violation, or one axe could not decide). Passes are not listed one by one: building
+# their selectors is most of axe's reporting time.
+AXE_RUN_JS = """
+async (options) => {
+  const result = await axe.run(document, {...options, elementRef: true,
+                                          resultTypes: ['violations', 'incomplete']});
+  const unresolved = result.violations.concat(result.incomplete)
+    .filter(v => v.id === 'color-contrast')
+    .flatMap(v => v.nodes.map(n => n.element.getAttribute('data-axe-measure')));
+  const violations = result.violations.flatMap(
+    v => v.nodes.map(n => ({rule: v.id, impact: v.impact, target: n.target.join(' '),
+                            help: v.help})));
+  return {violations, unresolved};
+}
 """
 
 
@@ -461,14 +586,18 @@ PHONE_RULES = ["scrollable-region-focusable", "landmark-unique", "aria-prohibite
                "aria-allowed-role", "color-contrast", "region"]
 
 
-def accessibility_problems(page, phone: bool = False) -> list[str]:
+def accessibility_problems(page, phone: bool = False,
+                           measured: dict[str, set[str]] | None = None) -> list[str]:
     """What axe-core finds on the open page (every hidden cell shown), light and dark.
 
     All of axe's default rules (WCAG 2.x A and AA, best practices) in light mode, then
     colour contrast again in dark mode; with ``phone`` (the page already at a phone's
     width and axe loaded), ``PHONE_RULES`` in light mode and colour contrast in dark
-    mode. Code tokens are checked for contrast one per style (``MARK_SAME_CODE_JS``).
+    mode. Text is measured for contrast once per style (``MARK_TEXT_JS``): ``measured``
+    holds, per mode, the styles of text already measured in this test process with
+    no violation (a style's contrast is the same at either width), and gets this page's.
     A finding listed in ``AXE_KNOWN`` is not a problem."""
+    measured = {} if measured is None else measured
     runs = (("light", {}), ("dark", {"runOnly": ["color-contrast"]}))
     if phone:
         runs = (("light, phone", {"runOnly": PHONE_RULES}),
@@ -482,8 +611,21 @@ def accessibility_problems(page, phone: bool = False) -> list[str]:
         # Colours measured half-way through a fade (a cell just opened, the theme
         # just switched) are neither the old nor the new ones: wait for the end.
         page.evaluate(FINISH_TRANSITIONS_JS)
-        page.evaluate(MARK_SAME_CODE_JS)
-        for v in page.evaluate(AXE_RUN_JS, options):
+        known = measured.setdefault(mode.split(",")[0], set())
+        marks = page.evaluate(MARK_TEXT_JS, sorted(known))
+        if options.get("runOnly") == ["color-contrast"] and not marks["inSight"]:
+            # Nothing left to measure (every style measured before; no box, no contrast)
+            result = {"violations": [], "unresolved": []}
+        else:
+            result = page.evaluate(AXE_RUN_JS, options)
+        doubtful = {marks["keys"][m] for m in result["unresolved"] if m in marks["keys"]}
+        if doubtful:  # not passed: each element of those keys is measured
+            page.evaluate(MARK_MEMBERS_JS, sorted(doubtful))
+            again = page.evaluate(AXE_RUN_JS, {"runOnly": ["color-contrast"]})
+            result["violations"] += [v for v in again["violations"]
+                                     if v not in result["violations"]]
+        known |= set(marks["keys"].values()) - doubtful
+        for v in result["violations"]:
             if (v["rule"], v["target"]) not in AXE_KNOWN:
                 found.append(f"axe {v['impact']} {v['rule']} ({mode}): {v['target']}: "
                              f"{v['help']}")

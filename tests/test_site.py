@@ -71,6 +71,9 @@ def desktop(browser, browser_context_args):
 # Each page is visited once per test process, and every test of that page reads what
 # that visit found (the bytes, the layout at both widths, axe, the glyphs).
 _VISITS: dict[str, site_check.PageReport] = {}
+# The styles of text whose contrast this process has measured, per mode (see
+# site_check.accessibility_problems): each is measured once, on the first page showing it.
+_MEASURED: dict[str, set[str]] = {}
 
 
 @pytest.fixture
@@ -79,7 +82,7 @@ def visit(browser, served_site):
         if page not in _VISITS:
             _VISITS[page] = site_check.inspect_page(
                 browser, served_site, page, (DESKTOP, DESKTOP_HEIGHT),
-                (PHONE, PHONE_HEIGHT), cjk=page in CJK_PAGES)
+                (PHONE, PHONE_HEIGHT), cjk=page in CJK_PAGES, measured=_MEASURED)
         return _VISITS[page]
     return visit
 
