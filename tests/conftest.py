@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+import tools  # noqa: F401 - first: spares every test process a slow import (see there)
+
 
 @pytest.fixture(scope="module")
 def one_torch_thread():
