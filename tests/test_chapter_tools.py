@@ -1,18 +1,66 @@
 """An author's loop (issue 31): the one-chapter check and the chapter scaffold.
 
+* The registry's owners and the chapters' checks are compared so that each kind of
+  disagreement names its chapter.
+* ``pytest --chapter`` keeps the tests that concern the chapter (tools.chapter.concerns).
 * ``tools.nbtools compare`` finds what nbval would find, and only that.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from tools import nbtools
+from tools import chapter, nbtools, workbook
 
 pytestmark = pytest.mark.no_cover  # tools only: no mha code runs in this process
+
+
+# --- who owns a checker -----------------------------------------------------------------
+
+
+def test_ownership_problems_name_the_chapter():
+    owners = {"a": "01_x", "b": "01_x", "c": "02_y", "d": "02_y", "e": "02_y", "f": "09_z"}
+    used = {"01_x": ["a", "b", "c"], "02_y": ["d", "zz"]}
+    assert workbook.ownership_problems(owners, used) == [
+        "01_x: checks c, which mha.exercises gives to 02_y (a checker is practised by its "
+        "own chapter only)",
+        "02_y: checks zz, which mha.exercises does not register",
+        "02_y: checks 1 checker(s) of its own (d), at least 2 expected",
+        "02_y: owns c in mha.exercises, but no solution of it checks it (workbook: "
+        "{check: c})",
+        "02_y: owns e in mha.exercises, but no solution of it checks it (workbook: "
+        "{check: e})",
+        "09_z: owns f in mha.exercises, but is not a chapter with exercises",
+    ]
+    assert workbook.ownership_problems({"a": "01_x", "b": "01_x"}, {"01_x": ["a", "b"]}) == []
+
+
+# --- which tests concern a chapter --------------------------------------------------------
+
+
+# Made-up names: a test's parameters or literals naming the real chapters would make
+# `--chapter` select this test for them.
+@pytest.mark.parametrize(("values", "literals", "plumbing", "expected"), [
+    (["07_heads"], set(), False, True),
+    ([Path("/r/book/chapters/07_heads.md")], set(), False, True),
+    (["zh_CN/book/notebooks/07_heads.html"], set(), False, True),
+    (["book/notebooks/07_heads"], set(), False, True),
+    (["split", "reshape only"], set(), False, True),  # a checker the chapter owns
+    (["08_other"], set(), False, False),
+    (["soft"], {"split"}, False, False),  # parametrised with another chapter's checker
+    ([], {"split", "x"}, False, True),  # names a checker of the chapter in its code
+    ([1, "a message"], {"merge"}, False, True),
+    ([], {"soft"}, False, False),
+    ([], set(), True, True),  # plumbing
+])
+def test_a_test_concerns_the_chapters_it_names(values, literals, plumbing, expected):
+    known = {"07_heads", "08_other", "split", "merge", "soft"}
+    assert chapter.concerns("07_heads", {"split", "merge"}, known, values, literals,
+                            plumbing) is expected
 
 
 # --- comparing a fresh run with the stored notebook ------------------------------------

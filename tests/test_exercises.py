@@ -883,6 +883,7 @@ def test_two_mistakes_name_the_one_seen_first(capsys) -> None:
 # --------------------------------------------------------------------------- the interface
 
 
+@pytest.mark.plumbing
 def test_names_lists_every_chapters_functions() -> None:
     """The registry says which chapter owns each checker, the chapters' solutions say
     which checkers they call (``workbook: {check: NAME}``): the two agree, and names()
@@ -984,6 +985,7 @@ def test_the_models_start_from_mha(capsys) -> None:
     assert run(capsys, "multi_head_attention", _multi_head)[0] is True
 
 
+@pytest.mark.plumbing
 @pytest.mark.slow
 def test_the_module_imports_neither_torch_nor_matplotlib() -> None:
     code = (
@@ -1016,6 +1018,7 @@ def reaches_below_mha(source: str) -> list[str]:
     return found
 
 
+@pytest.mark.plumbing
 def test_the_package_uses_only_numpy_and_mhas_top_level_names() -> None:
     bad = "import torch\nimport mha\nfrom mha import attention\nmha.attention.softmax\n"
     assert reaches_below_mha(bad) == ["torch", "mha", "mha.attention"]

@@ -147,6 +147,7 @@ def test_every_page_of_the_book_is_declared_translated(current_messages):
         f"locales/{LANGUAGE}/TRANSLATED): {missing}"
 
 
+@pytest.mark.plumbing
 def test_some_pages_are_declared_translated_and_have_a_catalog():
     assert DECLARED
     for doc in DECLARED:
@@ -206,6 +207,7 @@ def test_declared_page_keeps_every_message_markup(doc):
     assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.plumbing
 def test_glossary_terms_are_unique_and_each_has_a_chinese_term():
     terms = glossary()
     assert len({e.lower() for e, _ in terms}) == len(terms)
