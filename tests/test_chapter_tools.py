@@ -183,8 +183,10 @@ def test_a_new_chapter_goes_in_its_place():
     lines = chapter.add_to_toc(toc, "00_a").splitlines()
     assert lines[lines.index("      - file: book/notebooks/00_a") + 1].endswith("01_notation")
     declared = (ROOT / "locales" / "zh_CN" / "TRANSLATED").read_text()
-    lines = chapter.add_to_declared(declared, "book/notebooks/10_a").splitlines()
-    assert lines[lines.index("book/notebooks/10_a") + 1] == "book/notebooks/90_gallery"
+    lines = chapter.add_to_declared(declared, "book/notebooks/03_a").splitlines()
+    at = lines.index("book/notebooks/03_a")
+    assert lines[at - 1:at + 2:2] == ["book/notebooks/02_overview",
+                                      "book/notebooks/03_step_by_step"]
     source = (ROOT / "mha" / "exercises" / "__init__.py").read_text()
     new = chapter.add_to_registry(source, chapter.NewChapter("04_a", "A"))
     # between chapter 3's last checker and chapter 4's first, and imported in order
@@ -206,6 +208,14 @@ def _book_copy(root: Path) -> Path:
     shutil.copy(ROOT / "book" / "notebooks" / "ruff.toml", root / "book" / "notebooks")
     (root / "book" / "_vendor" / "site").mkdir(parents=True)
     return root
+
+
+def free_name() -> str:
+    """A chapter name the book does not have (the highest free number), so that these
+    tests hold beside a scaffold in the book and `--chapter` never selects them."""
+    taken = {path.name[:2] for path in (ROOT / "book" / "chapters").glob("*.md")}
+    number = max(n for n in range(1, chapter.LAST_CHAPTER + 1) if f"{n:02d}" not in taken)
+    return f"{number:02d}_scaffold_demo"
 
 
 # The checks below, run in a fresh interpreter on the copy's mha: the new checkers are
@@ -238,69 +248,70 @@ def test_a_scaffolded_chapter_passes_the_plumbing_checks(tmp_path, monkeypatch):
 
     root = _book_copy(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(root))  # the kernel imports the copy's mha
-    new = chapter.NewChapter("10_demo", "A demo chapter")
+    name = free_name()
+    new = chapter.NewChapter(name, "A demo chapter")
     written = chapter.new(new, root, say=lambda _: None)
     chapters, notebooks = root / "book" / "chapters", root / "book" / "notebooks"
-    source, notebook = chapters / "10_demo.md", notebooks / "10_demo.ipynb"
+    source, notebook = chapters / f"{name}.md", notebooks / f"{name}.ipynb"
     assert set(written) >= {source, notebook, root / "_toc.yml",
-                            root / "mha" / "exercises" / "_ch10_demo.py"}
+                            root / "mha" / "exercises" / f"{new.module}.py"}
 
     # Its notebook pairs with its source and was executed (no error, no stderr); the
     # table of contents lists it; the extraction it ran was strict, so Sphinx read and
     # resolved the page without a warning.
     assert nbtools.pair_problems(source, notebook) == []
-    assert "book/notebooks/10_demo" in editions.toc_pages(root)
+    assert new.docname in editions.toc_pages(root)
     # Its reading rules and prose numbers.
     monkeypatch.setattr(nbtools, "CHAPTERS", chapters)
     monkeypatch.setattr(nbtools, "NOTEBOOKS", notebooks)
     monkeypatch.setattr(test_prose, "ALLOWED", root / "tests" / "prose_numbers")
-    test_notebooks.test_chapter_matches_its_notebook("10_demo")
-    test_notebooks.test_only_listed_cells_escape_nbval("10_demo")
-    test_notebooks.test_chapter_shows_at_most_200_lines_of_code("10_demo")
-    test_notebooks.test_chapter_has_exercises_with_hidden_solutions("10_demo")
+    test_notebooks.test_chapter_matches_its_notebook(name)
+    test_notebooks.test_only_listed_cells_escape_nbval(name)
+    test_notebooks.test_chapter_shows_at_most_200_lines_of_code(name)
+    test_notebooks.test_chapter_has_exercises_with_hidden_solutions(name)
     for rule in (test_prose.test_typed_numbers_are_glued_or_listed_with_a_reason,
                  test_prose.test_no_doubled_word, test_prose.test_proof_is_marked_not_narrated,
                  test_prose.test_no_ordered_list_starts_inside_a_paragraph,
                  test_prose.test_markers_sit_right_above_a_hidden_cell):
         rule(source)
-    assert (root / "tests" / "prose_numbers" / "10_demo.toml").exists()
+    assert (root / "tests" / "prose_numbers" / f"{name}.toml").exists()
     # Its workbook: built, two stubs, nothing kept that needs a solution.
-    book = workbook.build("10_demo", chapters)
+    book = workbook.build(name, chapters)
     assert sum("raise NotImplementedError" in c.source for c in book.cells) == 2
     assert test_workbook.names_needed_from_solutions(
         nbtools.jupytext.read(source).cells) == []
     # Its checkers, in the copy's registry, owned by it and checked by its solutions.
-    result = subprocess.run([sys.executable, "-c", CHECKERS, "10_demo"], cwd=root,
+    result = subprocess.run([sys.executable, "-c", CHECKERS, name], cwd=root,
                             env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
                             text=True, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1].split() == workbook.checks("10_demo", chapters) \
+    assert result.stdout.splitlines()[-1].split() == workbook.checks(name, chapters) \
         == list(new.checkers)
     outputs = notebook.read_text()
     for check in new.checkers:
         assert f"{check}: correct on 3 cases" in outputs
     # Its catalog: whole, declared, the markup and the glossary kept, and nothing of the
     # template's Chinese left unused.
-    po = root / "locales" / "zh_CN" / "LC_MESSAGES" / "book" / "notebooks" / "10_demo.po"
+    po = root / "locales" / "zh_CN" / "LC_MESSAGES" / f"{new.docname}.po"
     catalog = test_translations.read_catalog(po)
     assert test_translations.catalog_problems(catalog) == []
     terms = test_translations.glossary()
     assert [p for m in catalog if m.id for p in (
         *test_translations.glossary_problems(m.id, m.string, terms),
         editions.markup_problem(m.id, m.string)) if p] == []
-    assert "book/notebooks/10_demo" in (root / "locales" / "zh_CN" / "TRANSLATED").read_text()
+    assert new.docname in (root / "locales" / "zh_CN" / "TRANSLATED").read_text()
     assert set(chapter.template_translations(new)) <= {m.id for m in catalog}
     # Lint, as `make lint` reads the files.
     lint = subprocess.run([str(Path(sys.executable).parent / "ruff"), "check",
-                           "mha/exercises", "book/notebooks/10_demo.ipynb"],
+                           "mha/exercises", f"book/notebooks/{name}.ipynb"],
                           cwd=root, capture_output=True, text=True, check=False)
     assert lint.returncode == 0, lint.stdout
     # And its placeholders are named, each where it is.
     left = chapter.placeholders(root)
-    assert any(line.startswith("book/chapters/10_demo.md:") for line in left)
-    assert any(line.startswith("mha/exercises/_ch10_demo.py:") for line in left)
+    assert any(line.startswith(f"book/chapters/{name}.md:") for line in left)
+    assert any(line.startswith(f"mha/exercises/{new.module}.py:") for line in left)
     assert any(line.startswith("mha/exercises/__init__.py:") for line in left)
-    assert any("10_demo.po:" in line and "translate the title" in line for line in left)
+    assert any(f"{name}.po:" in line and "translate the title" in line for line in left)
 
 
 def test_a_failed_scaffold_leaves_the_book_as_it_was(tmp_path, monkeypatch):
@@ -312,6 +323,6 @@ def test_a_failed_scaffold_leaves_the_book_as_it_was(tmp_path, monkeypatch):
 
     monkeypatch.setattr(nbtools, "regenerate", fails)
     with pytest.raises(RuntimeError, match="the kernel died"):
-        chapter.new(chapter.NewChapter("10_demo", "A demo chapter"), root, say=lambda _: None)
+        chapter.new(chapter.NewChapter(free_name(), "A demo chapter"), root, say=lambda _: None)
     after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert after == before
