@@ -31,6 +31,8 @@ help:
 	@echo "make portability unit tests and nbval again on simulated older CPUs (CI runs it too)"
 	@echo "make notebooks   regenerate book/notebooks/*.ipynb from book/chapters/*.md (NB=name for one)"
 	@echo "make workbook    write the exercises without solutions to workbook/ (REFRESH=1 rewrites)"
+	@echo "make chapter-check NB=NN_slug  check one chapter in under a minute (SITE=1: its page too)"
+	@echo "make chapter NAME=NN_slug TITLE=\"...\"  lay out a new chapter with every piece the tests ask for"
 	@echo "make lab         open the book in JupyterLab"
 	@echo "make package     pip install . into an empty venv and import mha (CI runs it too)"
 
@@ -200,6 +202,24 @@ package:
 
 bench: venv
 	$(PY) -m mha.bench
+
+# --- An author's loop (README, "Writing a chapter") ------------------------------------
+# One chapter checked in under a minute, two lanes side by side: its notebook regenerated
+# into _build/chapter-check/ and compared with the stored one as nbval compares, and the
+# tests that concern it (pytest --chapter NB: its pairs, reading rules, prose numbers,
+# checkers, workbook and catalog, and the cheap checks of the whole book's plumbing).
+# SITE=1 also builds the site and runs the browser tests of its page in both editions.
+.PHONY: chapter-check chapter
+chapter-check: venv $(if $(SITE),$(MATHJAX))
+	$(if $(NB),,$(error chapter-check needs NB=NN_slug))
+	$(PY) -m tools.chapter check $(NB) $(if $(SITE),--site)
+
+# A new chapter with every piece the tests ask for, from tools/chapter_template/: its
+# source, _toc.yml entry, executed notebook, prose-number list, two checkers owned by it
+# and its Chinese catalog. Its placeholders say SCAFFOLD; a test fails until none is left.
+chapter: venv
+	$(if $(and $(NAME),$(TITLE)),,$(error chapter needs NAME=NN_slug TITLE="..."))
+	$(PY) -m tools.chapter new $(NAME) --title "$(TITLE)" $(if $(TITLE_ZH),--title-zh "$(TITLE_ZH)")
 
 clean:
 	rm -rf _build book/_vendor/site book/_vendor/node_modules

@@ -42,6 +42,8 @@ def build_state(pytestconfig) -> Path:
     """Where this session's site build (tests/test_site_build.py) says how it went."""
     return site_check.BUILD_STATES / f"{pytestconfig.stash[_SESSION]}.state"
 
+import tools  # noqa: F401 - first: spares every test process a slow import (see there)
+
 
 @pytest.fixture(scope="module")
 def one_torch_thread():
@@ -54,9 +56,26 @@ def one_torch_thread():
         yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "plumbing: a cheap check of the whole book's plumbing that every "
+        "one-chapter check (pytest --chapter) runs too")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chapter", metavar="NN_slug", default=None,
+        help="run only the tests that concern this chapter: those parametrised with it, "
+        "its page or its checkers (the registry of mha.exercises says which), those that "
+        "name one of these in their code, and those marked plumbing (make chapter-check; "
+        "tools.chapter.concerns)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``make unit`` leaves out the tests marked ``browser`` and ``make browser`` runs
-    tests/test_site.py alone: a browser test anywhere else would never run."""
+    tests/test_site.py alone: a browser test anywhere else would never run. With
+    ``--chapter``, only the tests that concern that chapter are kept."""
     stray = [item.nodeid for item in items
              if item.get_closest_marker("browser") and item.path.name != "test_site.py"]
     if stray:
@@ -64,3 +83,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests marked browser must live in tests/test_site.py (make browser runs "
             "only that file): " + ", ".join(stray)
         )
+    # (tests/test_stages.py calls this hook with no config)
+    chapter = config.getoption("chapter", None) if config is not None else None
+    if chapter:
+        from tools.chapter import select
+
+        try:
+            keep, drop = select(items, chapter)
+        except ValueError as error:
+            raise pytest.UsageError(str(error)) from error
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        items[:] = keep

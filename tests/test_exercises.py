@@ -26,6 +26,7 @@ from mha import exercises
 from mha.exercises._attention import _attend
 from mha.exercises._core import _Case
 from mha.exercises._multi_head_attention import _multi_head
+from tools import workbook
 
 
 def run(capsys: pytest.CaptureFixture[str], name: str, candidate: Callable) -> tuple[bool, str]:
@@ -882,19 +883,18 @@ def test_two_mistakes_name_the_one_seen_first(capsys) -> None:
 # --------------------------------------------------------------------------- the interface
 
 
+@pytest.mark.plumbing
 def test_names_lists_every_chapters_functions() -> None:
-    expected = {
-        "causal_mask", "padding_mask",  # chapter 1
-        "softmax", "scaled_dot_product_attention",  # 2
-        "sinusoidal_positional_encoding", "add_and_norm",  # 3
-        "split_heads", "merge_heads", "multi_head_attention",  # 4
-        "cross_attention", "to_torch_attn_mask",  # 5
-        "score_std", "attention_entropy",  # 6
-        "sequence_loss", "target_mask",  # 7
-        "decode_step", "repeat_kv_heads", "sliding_window_mask", "kv_cache_bytes",  # 8
-        "apply_rope", "alibi_slopes", "merge_tiles",  # 9
-    }
-    assert set(exercises.names()) == expected
+    """The registry says which chapter owns each checker, the chapters' solutions say
+    which checkers they call (``workbook: {check: NAME}``): the two agree, and names()
+    lists the checkers in the book's order."""
+    used = {chapter: workbook.checks(chapter) for chapter in workbook.chapter_names()}
+    owners = {name: exercises.chapter_of(name) for name in exercises.names()}
+    problems = workbook.ownership_problems(owners, used)
+    assert not problems, "\n".join(problems)
+    assert exercises.names() == [name for checks in used.values() for name in checks]
+    for chapter in used:
+        assert exercises.names(chapter) == used[chapter], chapter
     for name in exercises.names():
         exercise = exercises._EXERCISES[name]
         # mha's own function, or a reference named because mha has none of that name
@@ -985,6 +985,7 @@ def test_the_models_start_from_mha(capsys) -> None:
     assert run(capsys, "multi_head_attention", _multi_head)[0] is True
 
 
+@pytest.mark.plumbing
 @pytest.mark.slow
 def test_the_module_imports_neither_torch_nor_matplotlib() -> None:
     code = (
@@ -1017,6 +1018,7 @@ def reaches_below_mha(source: str) -> list[str]:
     return found
 
 
+@pytest.mark.plumbing
 def test_the_package_uses_only_numpy_and_mhas_top_level_names() -> None:
     bad = "import torch\nimport mha\nfrom mha import attention\nmha.attention.softmax\n"
     assert reaches_below_mha(bad) == ["torch", "mha", "mha.attention"]

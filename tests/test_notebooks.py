@@ -130,12 +130,14 @@ def test_chapter_matches_its_notebook(name):
     assert not found, "\n".join(found)
 
 
+@pytest.mark.plumbing
 def test_no_orphan_notebooks_or_sources():
     srcs, nbs = set(nbtools.sources()), set(nbtools.notebooks())
     assert srcs == nbs, f"only a source: {srcs - nbs}; only a notebook: {nbs - srcs}"
     assert srcs, "no chapters found under book/chapters"
 
 
+@pytest.mark.plumbing
 def test_toc_names_every_notebook():
     toc = (ROOT / "_toc.yml").read_text()
     for name in nbtools.notebooks():

@@ -113,3 +113,25 @@ def test_cutting_again_starts_from_the_whole_font(tmp_path, font_source):
     editions.cut_fonts(out, font_source, {ord("多"), ord("头")})
     covered = set().union(*(set(TTFont(p).getBestCmap()) for p in out.glob("files/*.woff2")))
     assert {ord("多"), ord("头")} <= covered
+
+
+def test_a_cut_slice_is_taken_from_the_cache_for_the_same_characters(tmp_path, font_source):
+    """`make site-build` keeps the cut slices in _build/font-cache: the same slice cut to
+    the same characters is copied from there; other characters are cut afresh, and
+    what the last cut did not use leaves the cache."""
+    from fontTools.ttLib import TTFont
+
+    cache = tmp_path / "cache"
+    first, again, other = (tmp_path / name for name in ("first", "again", "other"))
+    editions.cut_fonts(first, font_source, {ord("多")}, cache)
+    cached = sorted(cache.glob("*.woff2"))
+    assert len(cached) == len(list(first.glob("files/*.woff2"))) > 0
+    editions.cut_fonts(again, font_source, {ord("多")}, cache)
+    # cutting is not byte for byte repeatable: equal bytes mean the cache was used
+    assert [p.read_bytes() for p in sorted(again.glob("files/*.woff2"))] == \
+        [p.read_bytes() for p in sorted(first.glob("files/*.woff2"))]
+    editions.cut_fonts(other, font_source, {ord("头")}, cache)
+    covered = set().union(*(set(TTFont(p).getBestCmap()) for p in other.glob("files/*.woff2")))
+    assert covered == {ord("头")}
+    now = set(cache.glob("*.woff2"))
+    assert len(now) == len(list(other.glob("files/*.woff2"))) and not set(cached) & now

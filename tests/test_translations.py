@@ -100,22 +100,43 @@ def glossary_problems(msgid: str, msgstr: str, terms: list[tuple[str, str]]) -> 
 # --- the tests ---
 
 
-@pytest.fixture(scope="module")
-def current_messages(tmp_path_factory) -> dict[str, set[str]]:
-    """Every declared page's messages, extracted now from the notebooks (about 25 s)."""
-    if not DECLARED:
-        return {}
-    out = tmp_path_factory.mktemp("gettext") / "gettext"
-    # In a process of its own: Sphinx and its extensions warn as they run, and this
-    # test suite turns warnings into errors.
+def pages_asked_for(items: list[pytest.Item]) -> list[str] | None:
+    """The pages whose current messages the selected tests of this module need: each
+    one's ``doc``, or every page (None) as soon as one needs the whole book."""
+    pages: list[str] = []
+    for item in items:
+        if item.module.__name__ != __name__ or "current_messages" not in item.fixturenames:
+            continue
+        doc = item.callspec.params.get("doc") if hasattr(item, "callspec") else None
+        if doc is None:
+            return None
+        pages.append(doc)
+    return sorted(set(pages))
+
+
+def extract(pages: list[str] | None, out: Path) -> dict[str, set[str]]:
+    """The messages of ``pages`` (None: the whole book), extracted now from the
+    notebooks, by page. In a process of its own: Sphinx and its extensions warn as they
+    run, and this test suite turns warnings into errors."""
     subprocess.run(
         [sys.executable, "-c", f"from pathlib import Path; from tools.editions import "
-         f"gettext; gettext(Path({str(out)!r}))"],
+         f"gettext; gettext(Path({str(out)!r}), {pages!r})"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     return {pot.relative_to(out).with_suffix("").as_posix():
             {m.id for m in read_catalog(pot) if m.id} for pot in sorted(out.rglob("*.pot"))}
+
+
+@pytest.fixture(scope="module")
+def current_messages(request, tmp_path_factory) -> dict[str, set[str]]:
+    """The messages of every declared page the selected tests ask about: the whole book
+    in a full run (about 10 to 25 s), one page in about 4 s when only that page's tests
+    run (``make chapter-check``)."""
+    if not DECLARED:
+        return {}
+    pages = pages_asked_for(request.session.items)
+    return extract(pages, tmp_path_factory.mktemp("gettext") / "gettext")
 
 
 @pytest.mark.slow
@@ -126,6 +147,7 @@ def test_every_page_of_the_book_is_declared_translated(current_messages):
         f"locales/{LANGUAGE}/TRANSLATED): {missing}"
 
 
+@pytest.mark.plumbing
 def test_some_pages_are_declared_translated_and_have_a_catalog():
     assert DECLARED
     for doc in DECLARED:
@@ -139,6 +161,31 @@ def test_declared_page_is_wholly_translated_and_up_to_date(doc, current_messages
     problems = catalog_problems(catalog, current_messages[doc])
     assert not problems, (
         f"{doc}: run `make translations`, then translate:\n  " + "\n  ".join(problems))
+
+
+# A chapter rich in references into other pages (24 roles), citations, glued numbers
+# and alt text: what could make its messages depend on the pages read with it.
+ALONE = "book/notebooks/04_multi_head_attention"
+
+
+@pytest.mark.slow
+def test_a_page_extracted_alone_has_the_messages_it_has_in_the_whole_book(
+        current_messages, tmp_path):
+    """``make chapter-check`` extracts one page (tools.editions.gettext with pages): it
+    must find what the whole book's extraction finds on that page."""
+    alone = extract([ALONE], tmp_path / "gettext")
+    assert list(alone) == [ALONE]
+    assert alone[ALONE] == current_messages[ALONE], (
+        f"only alone: {sorted(alone[ALONE] - current_messages[ALONE])[:3]}; only in the "
+        f"whole book: {sorted(current_messages[ALONE] - alone[ALONE])[:3]}")
+
+
+@pytest.mark.parametrize("doc", editions.toc_pages())
+def test_every_page_of_the_toc_is_declared_translated(doc):
+    """As test_every_page_of_the_book_is_declared_translated, from _toc.yml, without an
+    extraction: a page of its own, for one chapter's check."""
+    assert doc in DECLARED, f"{doc} is not translated (run `make translations`, " \
+        f"translate, list it in locales/{LANGUAGE}/TRANSLATED)"
 
 
 @pytest.mark.parametrize("doc", DECLARED)
@@ -160,6 +207,7 @@ def test_declared_page_keeps_every_message_markup(doc):
     assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.plumbing
 def test_glossary_terms_are_unique_and_each_has_a_chinese_term():
     terms = glossary()
     assert len({e.lower() for e, _ in terms}) == len(terms)

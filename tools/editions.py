@@ -77,34 +77,87 @@ def translated_title(language: str) -> str | None:
     return message.string if message and message.string and not message.fuzzy else None
 
 
-def sphinx(builder: str, outdir: Path, doctrees: Path, language: str | None = None) -> int:
+def sphinx(builder: str, outdir: Path, doctrees: Path, language: str | None = None,
+           root: Path = ROOT, settings: dict | None = None, strict: bool = True) -> int:
+    """Build the book at ``root`` with ``builder``: every page read afresh, and with
+    ``strict`` any warning an error (otherwise Sphinx says nothing)."""
     from jupyter_book.sphinx import build_sphinx
 
     return build_sphinx(
-        ROOT,
+        root,
         outdir,
         noconfig=True,
-        path_config=str(ROOT / "_config.yml"),
-        confoverrides=overrides(language),
+        path_config=str(root / "_config.yml"),
+        confoverrides=overrides(language) | (settings or {}),
         doctreedir=doctrees,
         builder=builder,
         force_all=True,
         freshenv=True,
-        warningiserror=True,
+        warningiserror=strict,
         keep_going=True,
+        really_quiet=not strict,
     )
 
 
-def gettext(outdir: Path = POT) -> None:
-    """Extract every page's messages into ``<outdir>/<docname>.pot``, alt text included."""
-    status = sphinx("gettext", outdir, outdir.parent / f".doctrees-{outdir.name}")
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Every page ``_toc.yml`` lists (docnames), the root page first, in reading order."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(node: dict) -> None:
+        for key in ("parts", "chapters", "sections"):
+            for entry in node.get(key, []):
+                if "file" in entry:
+                    pages.append(entry["file"])
+                walk(entry)
+
+    walk(toc)
+    return pages
+
+
+def gettext(outdir: Path = POT, pages: list[str] | None = None, root: Path = ROOT,
+            strict: bool | None = None) -> None:
+    """Extract the messages of every page, or of ``pages`` only (docnames), into
+    ``<outdir>/<docname>.pot`` (emptied first), alt text and the references' notes
+    included.
+
+    Given ``pages``, Sphinx reads those pages alone, through a table of contents that
+    lists nothing else: a chapter takes about 4 s instead of the whole book's 10 to
+    25 s. A page's messages do not depend on the other pages (tests/test_translations.py
+    compares the two extractions of a chapter), except the root page's: the parts'
+    captions of the table of contents are its messages, so asking for it extracts the
+    whole book. References into the pages left out cannot resolve: such warnings are
+    not errors here (the strict site build reports the real ones), unless ``strict``
+    says so (a page that refers to no other, as a new chapter's skeleton).
+    """
+    import yaml
+
+    shutil.rmtree(outdir, ignore_errors=True)
+    doctrees = outdir.parent / f".doctrees-{outdir.name}"
+    settings, whole = {}, True
+    if pages is not None:
+        listed = toc_pages(root)
+        if unknown := sorted(set(pages) - set(listed)):
+            raise ValueError(f"not pages of _toc.yml: {unknown}")
+        if listed[0] not in pages:
+            toc = doctrees / "_toc.yml"
+            toc.parent.mkdir(parents=True, exist_ok=True)
+            chapters = {"chapters": [{"file": p} for p in pages[1:]]} if pages[1:] else {}
+            toc.write_text(yaml.safe_dump({"format": "jb-book", "root": pages[0]} | chapters))
+            settings, whole = {"external_toc_path": str(toc)}, False
+    status = sphinx("gettext", outdir, doctrees, root=root, settings=settings,
+                    strict=whole if strict is None else strict)
     if status:
         sys.exit(status)
     for pot in sorted(outdir.rglob("*.pot")):
-        notebook = ROOT / pot.relative_to(outdir).with_suffix(".ipynb")
-        if notebook.exists():
-            add_alt_texts(pot, notebook)
-    add_bib_notes(outdir / f"{bibliography_page()}.pot")
+        page = root / pot.relative_to(outdir).with_suffix("")
+        if page.with_suffix(".ipynb").exists():
+            add_alt_texts(pot, page.with_suffix(".ipynb"), root)
+        source = page.with_suffix(".md")
+        if source.exists() and "{bibliography}" in source.read_text(encoding="utf-8"):
+            add_bib_notes(pot, root / "references.bib")
 
 
 # --- the references' notes -------------------------------------------------------
@@ -131,23 +184,23 @@ def bib_notes(text: str) -> list[tuple[str, int, str]]:
     return notes
 
 
-def bibliography_page() -> str:
+def bibliography_page(root: Path = ROOT) -> str:
     """The docname of the page with the ``{bibliography}`` directive."""
-    pages = [p for p in sorted((ROOT / "book").rglob("*.md"))
+    pages = [p for p in sorted((root / "book").rglob("*.md"))
              if "{bibliography}" in p.read_text(encoding="utf-8")]
     if len(pages) != 1:
         raise RuntimeError(f"editions: expected one page with the bibliography, got {pages}")
-    return pages[0].relative_to(ROOT).with_suffix("").as_posix()
+    return pages[0].relative_to(root).with_suffix("").as_posix()
 
 
-def add_bib_notes(pot: Path) -> None:
+def add_bib_notes(pot: Path, bib: Path = BIB) -> None:
     """The gettext builder does not see the references' notes (sphinxcontrib-bibtex
     formats them when the page is written): add them to the page's template."""
     from babel.messages.pofile import read_po, write_po
 
     with pot.open("rb") as f:
         catalog = read_po(f)
-    for key, number, note in bib_notes(BIB.read_text(encoding="utf-8")):
+    for key, number, note in bib_notes(bib.read_text(encoding="utf-8")):
         if note in catalog:  # "WeChat article", three times: one message
             catalog[note].locations.append(("../../references.bib", number))
             continue
@@ -190,14 +243,14 @@ def alt_texts(notebook: Path) -> list[tuple[str, int]]:
     return found
 
 
-def add_alt_texts(pot: Path, notebook: Path) -> None:
+def add_alt_texts(pot: Path, notebook: Path, root: Path = ROOT) -> None:
     """The gettext builder does not extract alt text: add it to the page's template as
     messages of their own (book/_ext/editions.py translates them when writing pages)."""
     from babel.messages.pofile import read_po, write_po
 
     with pot.open("rb") as f:
         catalog = read_po(f)
-    where = notebook.relative_to(ROOT).as_posix()
+    where = notebook.relative_to(root).as_posix()
     for alt, index in alt_texts(notebook):
         catalog.add(alt, locations=[(f"../../{where}", index)],
                     auto_comments=[f"alt text of the figure of cell {index} (mystnb.image.alt)"])
@@ -247,15 +300,18 @@ def declared(language: str) -> list[str]:
     return [line for line in lines if line]
 
 
-def update(language: str) -> None:
-    """Merge the extracted messages into the catalogs (new ones empty, changed ones
-    fuzzy, vanished ones obsolete), then list what needs translating."""
+def update(language: str, pot: Path = POT, locales: Path = LOCALES,
+           quiet: bool = False) -> None:
+    """Merge the extracted messages (``pot``) into the catalogs (new ones empty, changed
+    ones fuzzy, vanished ones obsolete), then list what needs translating. Only the
+    pages extracted into ``pot`` are touched."""
     subprocess.run(
-        [sys.executable, "-m", "sphinx_intl", "update", "-p", str(POT), "-d", str(LOCALES),
+        [sys.executable, "-m", "sphinx_intl", "update", "-p", str(pot), "-d", str(locales),
          "-l", language, "-w", "0"],
         check=True, stdout=subprocess.DEVNULL,
     )
-    status(language)
+    if not quiet:
+        status(language)
 
 
 def share_with_english(edition: Path, english: Path) -> tuple[int, int]:
@@ -346,13 +402,21 @@ def unicode_ranges(sheet: str) -> dict[str, set[int]]:
 
 
 def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
-              characters: set[int] | None = None) -> tuple[int, int, int]:
+              characters: set[int] | None = None,
+              cache: Path | None = None) -> tuple[int, int, int]:
     """Cut every slice of the font (``source``) to the characters the site shows, into
     ``folder``: a slice holding none of them is left out, and its ``@font-face`` rule
     with it. The slices' Unicode ranges stay as Fontsource drew them, so a page still
     downloads only the slices its own characters fall in. Running it again after the
     text changed starts from the whole font again. Returns (slices kept, slices left
-    out, bytes saved)."""
+    out, bytes saved).
+
+    With a ``cache`` folder, a slice cut before from the same file to the same
+    characters (by the same fontTools) is taken from there instead of being cut again
+    (cutting all of them takes 20 to 50 s); what this run did not use is removed."""
+    import hashlib
+
+    import fontTools
     from fontTools import subset
     from fontTools.ttLib import TTFont
 
@@ -360,7 +424,7 @@ def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(source, folder)
     before = sum(f.stat().st_size for f in folder.glob("files/*.woff2"))
-    kept, deleted = set(), set()
+    kept, deleted, used = set(), set(), set()
     options = subset.Options()
     options.flavor = "woff2"
     options.layout_features = ["*"]
@@ -381,12 +445,28 @@ def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
             deleted.add(path.name)
             path.unlink()
             continue
+        kept.add(path.name)
+        if cache is not None:
+            key = hashlib.sha256(path.read_bytes() + repr(
+                (sorted(wanted), fontTools.version, sorted(vars(options).items()))
+            ).encode()).hexdigest()
+            cut = cache / f"{key}.woff2"
+            used.add(cut.name)
+            if cut.exists():
+                shutil.copyfile(cut, path)
+                continue
         subsetter = subset.Subsetter(options)
         subsetter.populate(unicodes=wanted)
         subsetter.subset(font)
         font.flavor = "woff2"
         font.save(path)
-        kept.add(path.name)
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, cut)
+    if cache is not None and cache.is_dir():
+        for old in cache.glob("*.woff2"):
+            if old.name not in used:
+                old.unlink()
     for sheet in folder.glob("*.css"):
         text = sheet.read_text(encoding="utf-8")
         sheet.write_text(FACE.sub(lambda m: "" if m.group(1) in deleted else m.group(0), text),
@@ -397,7 +477,7 @@ def cut_fonts(folder: Path = FONTS, source: Path = FONT_SOURCE,
 
 def fonts() -> None:
     start = time.perf_counter()
-    kept, deleted, saved = cut_fonts()
+    kept, deleted, saved = cut_fonts(cache=BUILD / "font-cache")
     print(f"fonts: {kept} slices cut to the site's characters, {deleted} unused deleted, "
           f"{saved / 1e6:.1f} MB saved in {time.perf_counter() - start:.0f} s")
 

@@ -16,6 +16,13 @@ sources gives byte-identical files.
 ``python -m tools.nbtools check`` (``make check-notebooks``) lists every disagreement
 between sources and notebooks (the same checks ``tests/test_notebooks.py`` runs) and
 exits non-zero if there is any.
+
+``python -m tools.nbtools compare NAME [--out DIR]`` regenerates one chapter into
+``DIR`` (``_build/chapter-check``), leaving the stored notebook alone, and compares
+the two as nbval would: the outputs nbval compares (after its sanitizers,
+``tests/nbval_sanitize.cfg``), not those of cells tagged ``nbval-ignore-output``. It
+names each cell that differs and exits non-zero if any does (``make chapter-check``
+runs it).
 """
 
 from __future__ import annotations
@@ -85,14 +92,16 @@ def _stable_new_ids(nb, old_nb) -> None:
 
 
 def regenerate(
-    name: str, chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS, timeout: int = 900
+    name: str, chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS, timeout: int = 900,
+    cwd: Path | None = None,
 ) -> Path:
     """Rebuild ``<folder>/<name>.ipynb`` from ``<chapters>/<name>.md``, with fresh outputs.
 
     The source's cells are matched with the stored notebook's by jupytext (the
     function behind ``jupytext --update``), so an unchanged cell keeps its id;
     nbclient runs them without writing timings and with consecutive prints merged
-    (the kernel flushes in chunks whose boundaries depend on timing).
+    (the kernel flushes in chunks whose boundaries depend on timing). The kernel runs
+    in ``cwd`` (default: ``folder``, where the notebook lives).
     """
     from jupytext.combine import combine_inputs_with_outputs
     from nbclient import NotebookClient
@@ -111,7 +120,7 @@ def regenerate(
         nb,
         timeout=timeout,
         kernel_name="python3",
-        resources={"metadata": {"path": str(folder)}},
+        resources={"metadata": {"path": str(cwd or folder)}},
         record_timing=False,
         coalesce_streams=True,
     )
@@ -213,10 +222,148 @@ def _output_problems(where: str, cell) -> list[str]:
     return found
 
 
+# --- comparing a fresh run with the stored notebook, as nbval does ------------------
+
+# What nbval 0.11 leaves out of a comparison (IPyNbFile.skip_compare, without --nbdime):
+# output keys, and MIME types of an output's data.
+NBVAL_SKIPPED = frozenset({
+    "metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",
+    "application/vnd.jupyter.widget-view+json", "image/png", "image/jpeg",
+})
+SANITIZERS = ROOT / "tests" / "nbval_sanitize.cfg"
+
+
+def sanitizers(path: Path = SANITIZERS) -> dict[str, str]:
+    """The regex -> replacement pairs nbval applies before comparing
+    (``--nbval-sanitize-with``), read by nbval's own parser."""
+    from nbval.plugin import get_sanitize_patterns
+
+    return dict(get_sanitize_patterns(path.read_text()))
+
+
+def compared_outputs(outputs, patterns: dict[str, str]) -> dict[str, list]:
+    """What nbval compares of one cell's outputs: for each key (a stream's name, an
+    error's fields, each MIME type of the data), the values in order, sanitized."""
+    import re
+
+    from nbval.plugin import coalesce_streams
+
+    def clean(value):
+        if isinstance(value, str):
+            for regex, replace in patterns.items():
+                value = re.sub(regex, replace, value)
+        return value
+
+    found: dict[str, list] = {}
+    for out in coalesce_streams(nbformat.from_dict(list(outputs))):
+        if out.get("output_type") == "stream":  # keyed by the stream's name, as nbval does
+            out = {out["name"]: out.get("text", "")}
+        for key, value in out.items():
+            if key in NBVAL_SKIPPED:
+                continue
+            if key == "data":
+                for mime, data in value.items():
+                    if mime not in NBVAL_SKIPPED:
+                        found.setdefault(mime, []).append(clean(data))
+            else:
+                found.setdefault(key, []).append(clean(value))
+    return found
+
+
+def output_differences(stored, fresh, patterns: dict[str, str] | None = None) -> list[str]:
+    """Each cell whose fresh outputs nbval would find different from the stored ones,
+    with what differs; cells are paired by id (a regenerated notebook keeps them).
+
+    As nbval: a cell tagged ``nbval-ignore-output`` is run but not compared, nor is
+    one tagged ``nbval-skip`` or a stored cell that was never executed. A cell whose
+    source changed, or that only one of the two has, is named too: the stored notebook
+    is older than its source.
+    """
+    patterns = sanitizers() if patterns is None else patterns
+    old = {cell.get("id"): (index, cell) for index, cell in enumerate(stored.cells)}
+    found = []
+    for index, cell in enumerate(fresh.cells):
+        where = f"cell {index} (id {cell.get('id')})"
+        if cell.get("id") not in old:
+            found.append(f"{where}: not in the stored notebook (run make notebooks)")
+            continue
+        _, before = old.pop(cell.get("id"))
+        if cell_source(cell) != cell_source(before):
+            found.append(f"{where}: its source changed since the notebook was stored "
+                         "(run make notebooks)")
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        if (cell["cell_type"] != "code" or before.get("execution_count") is None
+                or {"nbval-ignore-output", "nbval-skip"} & set(tags)):
+            continue
+        want = compared_outputs(before.get("outputs", []), patterns)
+        got = compared_outputs(cell.get("outputs", []), patterns)
+        first = cell_source(cell).strip().splitlines()[:1]
+        for key in sorted(set(want) | set(got)):
+            if want.get(key) == got.get(key):
+                continue
+            lines = difflib.unified_diff(
+                _lines(want.get(key, [])), _lines(got.get(key, [])),
+                "stored", "fresh", lineterm="", n=1,
+            )
+            diff = list(lines)[2:]
+            shown = diff[:12] + ([f"... {len(diff) - 12} more lines"] if len(diff) > 12 else [])
+            found.append(f"{where} {first}: {key} differs\n    " + "\n    ".join(shown))
+    for index, cell in sorted(old.values(), key=lambda pair: pair[0]):
+        found.append(f"cell {index} (id {cell.get('id')}) of the stored notebook: no longer "
+                     "in the source (run make notebooks)")
+    return found
+
+
+def _lines(values: list) -> list[str]:
+    """Values of one output key as text lines, for a readable diff."""
+    import json
+
+    text = "".join(v if isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values)
+    return text.splitlines()
+
+
+def compare(name: str, out: Path, chapters: Path = CHAPTERS, folder: Path = NOTEBOOKS) -> list[str]:
+    """Regenerate chapter ``name`` into ``out`` (the kernel in ``folder``, as nbval runs
+    it) and return :func:`output_differences` against the stored notebook."""
+    import shutil
+
+    stored_path = folder / f"{name}.ipynb"
+    if not stored_path.exists():
+        return [f"{name}: no stored notebook {stored_path.name} (run make notebooks)"]
+    out.mkdir(parents=True, exist_ok=True)
+    fresh_path = out / f"{name}.ipynb"
+    shutil.copyfile(stored_path, fresh_path)  # its ids and outputs to start from
+    regenerate(name, chapters, out, cwd=folder)
+    if fresh_path.read_bytes() == stored_path.read_bytes():
+        return []
+    return output_differences(nbformat.read(stored_path, as_version=4),
+                              nbformat.read(fresh_path, as_version=4))
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"regen", "check"}:
+    if not argv or argv[0] not in {"regen", "check", "compare"}:
         print(__doc__)
         return 2
+    if argv[0] == "compare":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python -m tools.nbtools compare")
+        parser.add_argument("name")
+        parser.add_argument("--out", type=Path, default=ROOT / "_build" / "chapter-check")
+        args = parser.parse_args(argv[1:])
+        found = compare(args.name, args.out)
+        fresh = os.path.relpath(args.out / f"{args.name}.ipynb")
+        for line in found:
+            print(line)
+        if found:
+            print(f"{args.name}: {len(found)} cell(s) differ from the stored notebook as nbval "
+                  f"would see them; the fresh run is {fresh} (make notebooks NB={args.name} "
+                  "stores a fresh run)")
+            return 1
+        print(f"{args.name}: the source, run again, gives the stored outputs (as nbval "
+              "compares them)")
+        return 0
     if argv[0] == "regen":
         names = argv[1:] or sorted(sources())
         for name in names:

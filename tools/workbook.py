@@ -169,6 +169,56 @@ def build(name: str, chapters: Path = CHAPTERS):
     return nb
 
 
+def checks(name: str, chapters: Path = CHAPTERS) -> list[str]:
+    """The checkers the solutions of chapter ``name`` call (``workbook: {check: NAME}``
+    on a solution's code cell), in the chapter's order."""
+    found, inside = [], False
+    for cell in jupytext.read(chapters / f"{name}.md").cells:
+        if _is_marker(cell, "solution-start"):
+            inside = True
+        elif _is_marker(cell, "solution-end"):
+            inside = False
+        elif inside and cell["cell_type"] == "code":
+            spec = cell.get("metadata", {}).get("workbook")
+            if spec:
+                found.append(spec["check"])
+    return found
+
+
+def ownership_problems(owners: dict[str, str], used: dict[str, list[str]]) -> list[str]:
+    """Where the checkers' owners (``owners``: checker -> chapter, from the registry of
+    ``mha.exercises``) and what the chapters check (``used``: chapter -> its checks, from
+    :func:`checks`) disagree, one line each, starting with the chapter concerned:
+
+    * a chapter checks a checker the registry gives to another chapter, or none;
+    * a chapter checks fewer than two checkers of its own;
+    * a registered checker is not checked by the chapter that owns it (or its owner is
+      not a chapter).
+    """
+    problems = []
+    for chapter, names in used.items():
+        for check in dict.fromkeys(names):
+            owner = owners.get(check)
+            if owner is None:
+                problems.append(f"{chapter}: checks {check}, which mha.exercises does not "
+                                "register")
+            elif owner != chapter:
+                problems.append(f"{chapter}: checks {check}, which mha.exercises gives to "
+                                f"{owner} (a checker is practised by its own chapter only)")
+        own = [check for check in dict.fromkeys(names) if owners.get(check) == chapter]
+        if len(own) < 2:
+            problems.append(f"{chapter}: checks {len(own)} checker(s) of its own "
+                            f"({', '.join(own) or 'none'}), at least 2 expected")
+    for check, owner in owners.items():
+        if owner not in used:
+            problems.append(f"{owner}: owns {check} in mha.exercises, but is not a chapter "
+                            "with exercises")
+        elif check not in used[owner]:
+            problems.append(f"{owner}: owns {check} in mha.exercises, but no solution of it "
+                            f"checks it (workbook: {{check: {check}}})")
+    return problems
+
+
 def chapter_names(chapters: Path = CHAPTERS) -> list[str]:
     """Every chapter with exercises: the numbered ones, not the gallery (90_)."""
     return [p.stem for p in sorted(chapters.glob("*.md")) if chapter_number(p.stem) < 90]

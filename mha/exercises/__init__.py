@@ -86,16 +86,17 @@ from ._why import (
     _std_mistakes,
 )
 
-# Layout: this file holds the public API and the registry. _core.py runs a candidate,
-# compares it with mha and prints the report; each topic module holds the cases and
-# mistake models of its exercises (_softmax, _attention, _heads, _masks,
-# _multi_head_attention, _inference, _positions, _layers, _why, _training, _tiles). An exercise
-# whose function mha does not export names its reference (a step mha does inside a
-# larger function, such as one decoding step). Like the specification, the package
-# imports only NumPy and the top-level names of mha (mha.softmax, ...), never torch or
-# matplotlib.
+# Layout: this file holds the public API and the registry, whose entries each name the
+# chapter that owns them (the one whose exercises practise that checker, and no other).
+# _core.py runs a candidate, compares it with mha and prints the report; each topic
+# module holds the cases and mistake models of its exercises (_softmax, _attention,
+# _heads, _masks, _multi_head_attention, _inference, _positions, _layers, _why,
+# _training, _tiles). An exercise whose function mha does not export names its
+# reference (a step mha does inside a larger function, such as one decoding step). Like
+# the specification, the package imports only NumPy and the top-level names of mha
+# (mha.softmax, ...), never torch or matplotlib.
 
-__all__ = ["Verdict", "check", "names"]
+__all__ = ["Verdict", "chapter_of", "check", "names"]
 
 _SEED = 14  # fixed: every run sees the same inputs, so a report can be reproduced
 
@@ -115,6 +116,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _causal_mistakes(),
         "Draw the mask for size 3 by hand: rows are queries, columns are keys.",
         exact=True,
+        chapter="01_notation",
     ),
     "padding_mask": _Exercise(
         _padding_cases,
@@ -123,6 +125,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _padding_mistakes(),
         "Write the mask for this input by hand: which positions are real tokens?",
         exact=True,
+        chapter="01_notation",
     ),
     "softmax": _Exercise(
         _softmax_cases,
@@ -130,6 +133,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "any axis, -inf entries, an all -inf row, large scores, float32",
         _softmax_mistakes(),
         "Check on a small input, by hand, that each slice along axis sums to 1.",
+        chapter="02_overview",
     ),
     "scaled_dot_product_attention": _Exercise(
         _sdpa_cases,
@@ -138,6 +142,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _sdpa_mistakes(),
         "Compare your scores, weights and context with the formula "
         "softmax(q k^T / sqrt(Dh)) v, one step at a time, on this input.",
+        chapter="02_overview",
     ),
     "sinusoidal_positional_encoding": _Exercise(
         _sinusoid_cases,
@@ -145,6 +150,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "1 to 50 positions, D from 2 to 32",
         _sinusoid_mistakes(),
         "Write row 1 for D = 4 by hand: (sin 1, cos 1, sin 0.01, cos 0.01).",
+        chapter="03_step_by_step",
     ),
     "add_and_norm": _Exercise(
         _norm_cases,
@@ -154,6 +160,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "Compute one token by hand: add, subtract the mean of its D features, divide "
         "by sqrt(variance + eps), then gamma * ... + beta.",
         reference=_add_and_norm,
+        chapter="03_step_by_step",
     ),
     "split_heads": _Exercise(
         _split_cases,
@@ -161,6 +168,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "1 to 3 sequences, 1 to 6 heads",
         _split_mistakes(),
         _SHAPE_HINT,
+        chapter="04_multi_head_attention",
     ),
     "merge_heads": _Exercise(
         _merge_cases,
@@ -168,6 +176,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "1 to 3 sequences, 1 to 5 heads",
         _merge_mistakes(),
         "merge_heads must undo split_heads: check that merging a split gives back the input.",
+        chapter="04_multi_head_attention",
     ),
     "multi_head_attention": _Exercise(
         _mha_cases,
@@ -177,6 +186,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _mha_mistakes(),
         "Compare each intermediate with mha.multi_head_attention_steps on this input "
         "(q, q_heads, scores, ..., merged, output).",
+        chapter="04_multi_head_attention",
     ),
     "cross_attention": _Exercise(
         _cross_cases,
@@ -187,6 +197,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "Print the shape of q, k, v and the scores on this input: queries (B, T, D) "
         "from x, keys and values (B, S, D) from memory.",
         reference=_cross_attention,
+        chapter="05_three_attentions",
     ),
     "to_torch_attn_mask": _Exercise(
         _torch_mask_cases,
@@ -195,6 +206,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _torch_mask_mistakes(),
         "Convert a (1, 2, 2, 3) mask by hand: which (T, S) slice is entry b*H + h?",
         exact=True,
+        chapter="05_three_attentions",
     ),
     "score_std": _Exercise(
         _std_cases,
@@ -203,6 +215,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _std_mistakes(),
         "Find the variance of one product q_i k_i, then of the sum of Dh of them.",
         reference=_score_std,
+        chapter="06_why_attention",
     ),
     "attention_entropy": _Exercise(
         _entropy_cases,
@@ -211,6 +224,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _entropy_mistakes(),
         "Compute a uniform row of 4 keys by hand: its entropy is ln 4.",
         reference=_attention_entropy,
+        chapter="06_why_attention",
     ),
     "sequence_loss": _Exercise(
         _loss_cases,
@@ -219,6 +233,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _loss_mistakes(),
         "Compute the loss of one position by hand: -log softmax(logits)[target].",
         reference=_sequence_loss,
+        chapter="07_tiny_translator",
     ),
     "target_mask": _Exercise(
         _target_cases,
@@ -228,6 +243,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "Draw the mask of a sentence of 4 tokens whose last one is a pad.",
         exact=True,
         reference=_target_mask,
+        chapter="07_tiny_translator",
     ),
     "decode_step": _Exercise(
         _decode_cases,
@@ -238,6 +254,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "context with a full pass over all S + 1 positions.",
         reference=_decode_step,
         raised=_decode_raised(),
+        chapter="08_inference",
     ),
     "repeat_kv_heads": _Exercise(
         _repeat_cases,
@@ -246,6 +263,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _repeat_mistakes(),
         "Write which key/value head each query head reads for H = 6, Hkv = 2.",
         reference=_repeat_kv_heads,
+        chapter="08_inference",
     ),
     "sliding_window_mask": _Exercise(
         _window_cases,
@@ -254,6 +272,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _window_mistakes(),
         "Draw the mask for size 5, window 2 by hand: rows are queries, columns keys.",
         exact=True,
+        chapter="08_inference",
     ),
     "kv_cache_bytes": _Exercise(
         _bytes_cases,
@@ -261,6 +280,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "published shapes, batches, float32, windows shorter and longer than the context",
         _bytes_mistakes(),
         "Count by hand for 1 layer, 1 head of 1, 1 position: what is stored, how big?",
+        chapter="08_inference",
     ),
     "apply_rope": _Exercise(
         _rope_cases,
@@ -270,6 +290,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _rope_mistakes(),
         "Rotate x (1, 1, 2) = [[[1, 0]]] at position 1 by hand: the result is "
         "(cos 1, sin 1).",
+        chapter="09_positions_and_tiles",
     ),
     "alibi_slopes": _Exercise(
         _slopes_cases,
@@ -277,6 +298,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "powers of two from 1 to 16 heads, and 3, 6 and 12 heads",
         _slopes_mistakes(),
         "Write the slopes for 8 heads by hand, then for 4, then fill in 6.",
+        chapter="09_positions_and_tiles",
     ),
     "merge_tiles": _Exercise(
         _tile_cases,
@@ -286,6 +308,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "Merge by hand two tiles of one key each, scores 1 and 3: m' = 3, and "
         "l' = e^(1 - 3) + 1.",
         reference=_merge_tiles,
+        chapter="09_positions_and_tiles",
     ),
 }
 
@@ -327,8 +350,14 @@ def _exercise(name: str) -> _Exercise:
     return _EXERCISES[name]
 
 
-def names() -> list[str]:
+def names(chapter: str | None = None) -> list[str]:
     """The names :func:`check` accepts, in the order the book teaches them.
+
+    Parameters
+    ----------
+    chapter : str, optional
+        A chapter's name (``"04_multi_head_attention"``): only the checkers it owns,
+        those its own exercises practise. None (the default): every checker.
 
     Returns
     -------
@@ -336,7 +365,20 @@ def names() -> list[str]:
         Each is the name of the ``mha`` function the learner's function must behave
         like (same arguments, same results).
     """
-    return list(_EXERCISES)
+    return [name for name, exercise in _EXERCISES.items()
+            if chapter is None or exercise.chapter == chapter]
+
+
+def chapter_of(name: str) -> str:
+    """The chapter whose exercises practise the checker ``name``, e.g.
+    ``chapter_of("split_heads") == "04_multi_head_attention"``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of :func:`names`.
+    """
+    return _exercise(name).chapter
 
 
 def check(name: str, candidate: Callable[..., Any]) -> Verdict:

@@ -61,6 +61,9 @@ class _Exercise:
     # mistakes that raise on every case, told by the error they raise: (fragments of
     # the message, any of which names it; the diagnosis). Judged after the models.
     raised: tuple[tuple[tuple[str, ...], _Mistake], ...] = ()
+    # the chapter whose exercises this checker checks (``04_multi_head_attention``): a
+    # checker is practised by its own chapter only (tests/test_workbook.py)
+    chapter: str = field(kw_only=True)
 
 
 @dataclass(frozen=True)
