@@ -15,6 +15,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--book-schedule", action="store_true",
                      help="with -n: costliest work first, the site's pages after its build "
                           "(tests/scheduling.py)")
+    parser.addoption(
+        "--chapter", metavar="NN_slug", default=None,
+        help="run only the tests that concern this chapter: those parametrised with it, "
+        "its page or its checkers (the registry of mha.exercises says which), those that "
+        "name one of these in their code, and those marked plumbing (make chapter-check; "
+        "tools.chapter.concerns)",
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -28,6 +35,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # A plugin, not this conftest's hooks: those would reach only the tests under tests/,
     # and the notebooks' cells are timed too.
     config.pluginmanager.register(scheduling, "book-scheduling")
+    # With pytest-cov on, nbval would trace every notebook's kernel too, with coverage's
+    # defaults instead of pyproject.toml's: the report is the unit tests' (it was, when
+    # nbval ran in a stage of its own), and a traced kernel runs about a third slower.
+    if config.pluginmanager.hasplugin("nbval"):
+        import nbval.plugin
+
+        nbval.plugin.setup_coverage = nbval.plugin.teardown_coverage = _no_kernel_coverage
     # One name per pytest session, the same in every worker (xdist's run id).
     workerinput = getattr(config, "workerinput", None)
     config.stash[_SESSION] = workerinput["testrunuid"] if workerinput else (
@@ -37,12 +51,14 @@ def pytest_configure(config: pytest.Config) -> None:
 _SESSION = pytest.StashKey[str]()
 
 
+def _no_kernel_coverage(*args, **kwargs) -> None:
+    """nbval's coverage of a notebook's kernel, switched off (see pytest_configure)."""
+
+
 @pytest.fixture(scope="session")
 def build_state(pytestconfig) -> Path:
     """Where this session's site build (tests/test_site_build.py) says how it went."""
     return site_check.BUILD_STATES / f"{pytestconfig.stash[_SESSION]}.state"
-
-import tools  # noqa: F401 - first: spares every test process a slow import (see there)
 
 
 @pytest.fixture(scope="module")
@@ -54,22 +70,6 @@ def one_torch_thread():
 
     with num_threads(1):
         yield
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "plumbing: a cheap check of the whole book's plumbing that every "
-        "one-chapter check (pytest --chapter) runs too")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--chapter", metavar="NN_slug", default=None,
-        help="run only the tests that concern this chapter: those parametrised with it, "
-        "its page or its checkers (the registry of mha.exercises says which), those that "
-        "name one of these in their code, and those marked plumbing (make chapter-check; "
-        "tools.chapter.concerns)",
-    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

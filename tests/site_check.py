@@ -432,7 +432,11 @@ MARK_TEXT_JS = r"""
   document.querySelectorAll('[data-axe-measure]')
     .forEach(el => el.removeAttribute('data-axe-measure'));
   const style = new Map(), chain = new Map(), clips = new Map();
-  const css = el => { let s = style.get(el); if (!s) style.set(el, s = getComputedStyle(el)); return s; };
+  const css = el => {
+    let s = style.get(el);
+    if (!s) style.set(el, s = getComputedStyle(el));
+    return s;
+  };
   const paint = el => {
     const s = css(el);
     return [s.backgroundColor, s.backgroundImage, s.boxShadow, s.opacity, s.filter,
@@ -474,8 +478,10 @@ MARK_TEXT_JS = r"""
       bands.get(b).push([el, r]);
     }
   }
-  const inside = (r, b) => r.left >= b.left && r.right <= b.right && r.top >= b.top && r.bottom <= b.bottom;
-  const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const inside = (r, b) =>
+    r.left >= b.left && r.right <= b.right && r.top >= b.top && r.bottom <= b.bottom;
+  const overlaps = (a, b) =>
+    a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
   const under = (el, r) => {  // the painted boxes other than its ancestors it lies over
     const found = new Set();
     for (let b = band(r.top); b <= band(r.bottom); b++) {
@@ -483,7 +489,8 @@ MARK_TEXT_JS = r"""
         if (p.contains(el) || !overlaps(r, box)) continue;
         const s = css(p);
         found.add([chainOf(p), s.position, s.zIndex, p.tagName,
-                   p.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING ? 'before' : 'after',
+                   p.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING
+                     ? 'before' : 'after',
                    inside(r, box) ? 'all' : 'part'].join(' '));
       }
     }
@@ -504,7 +511,8 @@ MARK_TEXT_JS = r"""
   };
   const members = new Map();  // key -> its elements on this page, in document order
   for (const el of owners) {
-    const text = Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.data).join('').trim();
+    const text = Array.from(el.childNodes).filter(n => n.nodeType === 3)
+      .map(n => n.data).join('').trim();
     const r = el.getBoundingClientRect();
     if (/[\ud800-\udfff]/.test(text) || r.width < 1 || r.height < 1) {
       measure(el, null);  // axe's own judgement: characters it cannot measure, no box

@@ -12,17 +12,7 @@ What they share lives here: where the book is, and how a cell's source reads.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-# nbformat imports jsonschema, whose format checkers import rfc3987-syntax when it is
-# installed (here, for jupyter-events), and that module compiles 39 Lark grammars on
-# import: about 3 s of CPU in every process that reads a notebook, against 0.5 s
-# without it. nbformat validates without format checkers, so nothing the book runs
-# uses them; marked absent, jsonschema leaves out its "iri" check. (A process that
-# imported jsonschema already is left as it is.)
-if "jsonschema" not in sys.modules:
-    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "book" / "chapters"
