@@ -431,7 +431,7 @@ MARK_TEXT_JS = r"""
   known = new Set(known);
   document.querySelectorAll('[data-axe-measure]')
     .forEach(el => el.removeAttribute('data-axe-measure'));
-  const style = new Map(), chain = new Map(), clips = new Map();
+  const style = new Map(), chain = new Map(), chains = new Map(), clips = new Map();
   const css = el => {
     let s = style.get(el);
     if (!s) style.set(el, s = getComputedStyle(el));
@@ -442,10 +442,15 @@ MARK_TEXT_JS = r"""
     return [s.backgroundColor, s.backgroundImage, s.boxShadow, s.opacity, s.filter,
             s.mixBlendMode, s.visibility].join(' ');
   };
-  const chainOf = el => {  // the painting of an element and of all its ancestors
-    if (!el) return '';
+  const chainOf = el => {  // the painting of an element and of all its ancestors, as a
+    if (!el) return 0;     // number: one per distinct painting from the root down
     let c = chain.get(el);
-    if (c === undefined) chain.set(el, c = chainOf(el.parentElement) + ';' + paint(el));
+    if (c === undefined) {
+      const whole = chainOf(el.parentElement) + ';' + paint(el);
+      c = chains.get(whole);
+      if (c === undefined) chains.set(whole, c = chains.size + 1);
+      chain.set(el, c);
+    }
     return c;
   };
   const clipsOf = el => {  // the boxes around an element that cut off what sticks out
@@ -486,7 +491,7 @@ MARK_TEXT_JS = r"""
     const found = new Set();
     for (let b = band(r.top); b <= band(r.bottom); b++) {
       for (const [p, box] of bands.get(b) || []) {
-        if (p.contains(el) || !overlaps(r, box)) continue;
+        if (!overlaps(r, box) || p.contains(el)) continue;
         const s = css(p);
         found.add([chainOf(p), s.position, s.zIndex, p.tagName,
                    p.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING
@@ -578,12 +583,14 @@ async (options) => {
 """
 
 
-# Every finite CSS transition or animation running on the page, to its end.
+# Every finite CSS transition or animation running on the page, brought to its end at
+# once (the colours axe then measures are the final ones, as after waiting, without
+# drawing the frames between).
 FINISH_TRANSITIONS_JS = """
-async () => {
-  const finite = document.getAnimations().filter(
-    a => Number.isFinite(a.effect.getComputedTiming().endTime));
-  await Promise.all(finite.map(a => a.finished.catch(() => null)));
+() => {
+  for (const a of document.getAnimations()) {
+    if (Number.isFinite(a.effect.getComputedTiming().endTime)) a.finish();
+  }
 }
 """
 
