@@ -17,6 +17,7 @@ import gzip
 import http.server
 import io
 import os
+import re
 import shutil
 import sys
 import threading
@@ -431,7 +432,7 @@ MARK_TEXT_JS = r"""
   known = new Set(known);
   document.querySelectorAll('[data-axe-measure]')
     .forEach(el => el.removeAttribute('data-axe-measure'));
-  const style = new Map(), chain = new Map(), chains = new Map(), clips = new Map();
+  const style = new Map(), chain = new Map(), clips = new Map();
   const css = el => {
     let s = style.get(el);
     if (!s) style.set(el, s = getComputedStyle(el));
@@ -442,13 +443,25 @@ MARK_TEXT_JS = r"""
     return [s.backgroundColor, s.backgroundImage, s.boxShadow, s.opacity, s.filter,
             s.mixBlendMode, s.visibility].join(' ');
   };
-  const chainOf = el => {  // the painting of an element and of all its ancestors, as a
-    if (!el) return 0;     // number: one per distinct painting from the root down
+  const hash = text => {  // 53 bits of a string (cyrb53): the same on every page
+    let h1 = 0xdeadbeef, h2 = 0x41c6ce57;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      h1 = Math.imul(h1 ^ c, 2654435761);
+      h2 = Math.imul(h2 ^ c, 1597334677);
+    }
+    h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+    h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+    return (2097152 * (h2 >>> 0) + (h1 >>> 0)).toString(36);
+  };
+  const NOTHING = 'rgba(0, 0, 0, 0) none none 1 none normal visible';  // a box that paints nothing
+  const chainOf = el => {  // the painting of an element and of all its ancestors (those
+    if (!el) return '';    // that paint nothing left out): a hash, the same on every page
     let c = chain.get(el);
     if (c === undefined) {
-      const whole = chainOf(el.parentElement) + ';' + paint(el);
-      c = chains.get(whole);
-      if (c === undefined) chains.set(whole, c = chains.size + 1);
+      const own = paint(el);
+      c = own === NOTHING ? chainOf(el.parentElement)
+                          : hash(chainOf(el.parentElement) + ';' + own);
       chain.set(el, c);
     }
     return c;
@@ -545,15 +558,16 @@ MARK_TEXT_JS = r"""
 }
 """
 
-# Marks every element of the given keys (of the last MARK_TEXT_JS) to be measured.
+# Marks every element of the given keys (of the last MARK_TEXT_JS) to be measured, but
+# those measured already.
 MARK_MEMBERS_JS = """
 (keys) => {
-  document.querySelectorAll('[data-axe-measure]')
-    .forEach(el => el.removeAttribute('data-axe-measure'));
+  const measured = new Set(document.querySelectorAll('[data-axe-measure]'));
+  measured.forEach(el => el.removeAttribute('data-axe-measure'));
   let marked = 0;
   for (const key of keys) {
     for (const [el] of window.axeKeyMembers.get(key) || []) {
-      el.setAttribute('data-axe-measure', 'all ' + marked++);
+      if (!measured.has(el)) el.setAttribute('data-axe-measure', 'all ' + marked++);
     }
   }
   return marked;
@@ -567,17 +581,37 @@ AXE_CONFIGURE_JS = """
 
 # The violations, and the marks of the elements whose contrast did not pass (a
 # violation, or one axe could not decide). Passes are not listed one by one: building
-# their selectors is most of axe's reporting time.
+# their selectors is most of axe's reporting time. For the run, each code block made of
+# highlighting alone (spans with a class and no other attribute: nothing a rule but
+# colour contrast looks at) and holding no element to measure is read as its text, then
+# given its spans back: on a chapter they are half the page's elements, and axe lays
+# out and stacks every element of the page before it measures the first contrast.
 AXE_RUN_JS = """
 async (options) => {
-  const result = await axe.run(document, {...options, elementRef: true,
-                                          resultTypes: ['violations', 'incomplete']});
+  const plain = el => el.tagName === 'SPAN' && el.attributes.length === (el.className ? 1 : 0);
+  const flat = [];
+  for (const pre of document.querySelectorAll('pre')) {
+    const inner = pre.querySelectorAll('*');
+    if (inner.length && !pre.hasAttribute('data-axe-measure')
+        && Array.prototype.every.call(inner, plain)) {
+      flat.push([pre, Array.from(pre.childNodes)]);
+      pre.textContent = pre.textContent;
+    }
+  }
+  let result;
+  try {
+    result = await axe.run(document, {...options, elementRef: true,
+                                      resultTypes: ['violations', 'incomplete']});
+  } finally {
+    for (const [pre, children] of flat) pre.replaceChildren(...children);
+  }
   const unresolved = result.violations.concat(result.incomplete)
     .filter(v => v.id === 'color-contrast')
     .flatMap(v => v.nodes.map(n => n.element.getAttribute('data-axe-measure')));
   const violations = result.violations.flatMap(
     v => v.nodes.map(n => ({rule: v.id, impact: v.impact, target: n.target.join(' '),
-                            help: v.help})));
+                            help: v.help, text: n.element.hasAttribute('data-axe-measure')
+                              ? n.element.textContent.trim().slice(0, 40) : ''})));
   return {violations, unresolved};
 }
 """
@@ -641,9 +675,12 @@ def accessibility_problems(page, phone: bool = False,
                                      if v not in result["violations"]]
         known |= set(marks["keys"].values()) - doubtful
         for v in result["violations"]:
-            if (v["rule"], v["target"]) not in AXE_KNOWN:
-                found.append(f"axe {v['impact']} {v['rule']} ({mode}): {v['target']}: "
-                             f"{v['help']}")
+            # An element marked for measuring is named without its mark, by its text.
+            target = re.sub(r'\[data-axe-measure="[^"]*"\]', "", v["target"])
+            if v["text"]:
+                target += f' "{v["text"]}"'
+            if (v["rule"], target) not in AXE_KNOWN:
+                found.append(f"axe {v['impact']} {v['rule']} ({mode}): {target}: {v['help']}")
     page.evaluate("document.documentElement.dataset.theme = 'light'")
     return found
 
@@ -825,18 +862,20 @@ async () => {
     ([ch, w]) => document.fonts.load(`${w} 16px "Noto Sans SC"`, ch)));
   // Drawn from the site's font, not as boxes from another: the element's Chinese
   // characters, in the element's own style, are as wide as in Noto Sans SC alone.
-  const otherFont = [];
-  for (const [el, chars] of elements) {
+  // All probes are placed, then measured, at once: two layouts for the page, not two
+  // per element.
+  const probes = [...elements].map(([el, chars]) => {
     const probe = document.createElement("span");
     probe.style.cssText = "position:absolute;visibility:hidden;white-space:pre";
     probe.textContent = chars;
     el.appendChild(probe);
-    const own = probe.getBoundingClientRect().width;
-    probe.style.fontFamily = '"Noto Sans SC"';
-    const noto = probe.getBoundingClientRect().width;
-    probe.remove();
-    if (Math.abs(own - noto) > 0.5) otherFont.push(chars.slice(0, 12));
-  }
+    return [probe, chars];
+  });
+  const own = probes.map(([probe]) => probe.getBoundingClientRect().width);
+  probes.forEach(([probe]) => { probe.style.fontFamily = '"Noto Sans SC"'; });
+  const otherFont = probes.filter(([probe], i) =>
+    Math.abs(own[i] - probe.getBoundingClientRect().width) > 0.5).map(([, c]) => c.slice(0, 12));
+  probes.forEach(([probe]) => probe.remove());
   const missing = [...seen.values()].filter(([ch, w]) =>
     !faces.some(f => f.status === "loaded" && f.weight === w && covers(f, ch.codePointAt(0))));
   return {count: seen.size, missing: missing.map(([ch, w]) => ch + "@" + w), otherFont,

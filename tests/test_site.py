@@ -278,6 +278,50 @@ def test_checker_passes_a_clean_page(desktop, tmp_path):
         assert site_check.check_page(desktop, f"{origin}/good.html", origin) == []
 
 
+# Text whose contrast was measured on one page is not measured again where it has the
+# same style; the same words on another background, a new colour in a code block, are.
+CONTRAST_CSS = ("<style>body{background:#fff;color:#222} pre{background:#f6f6f6}"
+                ".k{color:#1a1a8a} .n{color:#222} .faint{color:#c4c4c4}"
+                ".dim{background:#767676}</style>")
+CODE = ('<pre><span class="k">def</span> <span class="n">area</span>(): '
+        '<span class="k">pass</span></pre>')
+
+
+def contrast_page(body: str) -> str:
+    return ('<!doctype html><html lang="en"><head><title>Contrast</title>'
+            f'<link rel="icon" href="ok.svg">{CONTRAST_CSS}</head>'
+            f'<body><main><h1>Contrast</h1>{body}</main></body></html>')
+
+
+def test_contrast_is_measured_once_per_style_and_every_failure_is_still_found(desktop,
+                                                                             tmp_path):
+    (tmp_path / "first.html").write_text(contrast_page("<p>Plain words.</p>" + CODE))
+    (tmp_path / "second.html").write_text(contrast_page(
+        "<p>Plain words.</p>" + CODE + CODE.replace('"n"', '"faint"')
+        + '<div class="dim"><p>Plain words.</p></div>'))
+    (tmp_path / "ok.svg").write_text(OK_SVG)
+    measured: dict[str, set[str]] = {}
+    spans = "() => document.querySelectorAll('pre span').length"
+    with site_check.serve(tmp_path) as origin:
+        page = desktop.new_page()
+        page.goto(f"{origin}/first.html")
+        assert site_check.accessibility_problems(page, measured=measured) == []
+        first_styles = set(measured["light"])
+        assert len(first_styles) >= 3  # the paragraph, and two colours of code
+        page.goto(f"{origin}/second.html")
+        # Of its styles, only the two not on the first page are to be measured.
+        marks = page.evaluate(site_check.MARK_TEXT_JS, sorted(first_styles))
+        assert sorted(marks["keys"].values()) != [] and len(marks["keys"]) == 2, marks
+        before = page.evaluate(spans)
+        problems = site_check.accessibility_problems(page, measured=measured)
+        assert page.evaluate(spans) == before == 6  # the code blocks have their spans back
+    contrast = [p for p in problems if "color-contrast (light)" in p]
+    assert len(contrast) == 2, problems
+    assert any('.faint "area"' in p for p in contrast), contrast
+    assert any('p "Plain words."' in p for p in contrast), contrast
+    assert measured["light"] == first_styles  # what failed is not taken for measured
+
+
 # --- the Chinese edition (issue 26) --------------------------------------------------
 
 
