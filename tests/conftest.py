@@ -42,6 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
         import nbval.plugin
 
         nbval.plugin.setup_coverage = nbval.plugin.teardown_coverage = _no_kernel_coverage
+        # Its kernels are forked from one that has imported torch, matplotlib and mha
+        # (tools/kernels.py): 3.5 s of CPU less for each notebook.
+        import nbval.kernel
+
+        nbval.kernel.NbvalKernelspecManager.get_kernel_spec = _forked_kernel_spec
     # One name per pytest session, the same in every worker (xdist's run id).
     workerinput = getattr(config, "workerinput", None)
     config.stash[_SESSION] = workerinput["testrunuid"] if workerinput else (
@@ -53,6 +58,17 @@ _SESSION = pytest.StashKey[str]()
 
 def _no_kernel_coverage(*args, **kwargs) -> None:
     """nbval's coverage of a notebook's kernel, switched off (see pytest_configure)."""
+
+
+def _forked_kernel_spec(self, kernel_name):
+    """nbval's kernel of this environment, forked by tools/kernels.py's server."""
+    import nbval.kernel
+
+    from tools import kernels
+
+    if kernel_name == nbval.kernel.CURRENT_ENV_KERNEL_NAME:
+        return kernels.kernel_spec()
+    return super(nbval.kernel.NbvalKernelspecManager, self).get_kernel_spec(kernel_name)
 
 
 @pytest.fixture(scope="session")

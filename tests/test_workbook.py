@@ -350,9 +350,11 @@ def test_a_workbook_runs_top_to_bottom(name):
     test_no_cell_the_workbook_keeps_needs_a_solution.)"""
     from nbclient import NotebookClient
 
+    from tools import kernels
+
     nb = solved(workbook.build(name), name)  # a copy of its own: executing fills it
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3",
+        nb, kernel_manager_class=kernels.kernel_manager_class(), timeout=600,
         resources={"metadata": {"path": str(ROOT / "book" / "notebooks")}},
     )
     client.execute(env=kernel_env())  # raises CellExecutionError on an escaping error
