@@ -50,7 +50,7 @@ def stop(km, kc):
 def test_a_forked_kernel_starts_with_the_book_loaded_where_and_as_asked(tmp_path):
     import json
 
-    km, kc = started(tmp_path, kernel_env())
+    km, kc = started(tmp_path, {**kernel_env(), "MARKER": "x"})
     try:
         seen = json.loads(run(kc, PROBE)[0])
         _, outputs, _ = run(kc, "import matplotlib.pyplot as plt\n"
@@ -59,6 +59,7 @@ def test_a_forked_kernel_starts_with_the_book_loaded_where_and_as_asked(tmp_path
     finally:
         stop(km, kc)
     assert seen["torch"] and seen["pid"] != launcher, seen  # forked, with torch loaded
+    assert seen["marker"] == "x"  # a variable read later: as asked
     assert seen["cwd"] == str(tmp_path) == seen["path0"]
     assert seen["backend"] == kernels.INLINE
     shown = [m for m in outputs if m["msg_type"] == "display_data"]
@@ -68,7 +69,8 @@ def test_a_forked_kernel_starts_with_the_book_loaded_where_and_as_asked(tmp_path
 def test_a_kernel_asked_for_with_another_environment_is_an_ordinary_one(tmp_path):
     import json
 
-    km, kc = started(tmp_path, {**kernel_env(), "MARKER": "x"})
+    # A variable read at import time (as the portability stage's simulated CPUs are)
+    km, kc = started(tmp_path, {**kernel_env(), "ATEN_CPU_CAPABILITY": "default", "MARKER": "x"})
     try:
         seen = json.loads(run(kc, PROBE)[0])
         launcher = km.provisioner.process.pid

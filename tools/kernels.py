@@ -35,18 +35,21 @@ LAUNCHER = [sys.executable, str(Path(__file__).resolve())]
 PRELOAD = ("ipykernel.kernelapp", "ipykernel.ipkernel", "numpy", "torch", "matplotlib",
            "matplotlib.pyplot", "mha", "mha.modules", "mha.draw", "mha.translator",
            "mha.exercises", "myst_nb")  # fmt: skip
-# The variables a kernel's environment may hold beyond (or without) the server's: set by
-# Jupyter for each kernel, and by ipykernel and tools.nbtools.kernel_env for all.
-# PYTEST_CURRENT_TEST names the test running when the kernel started.
-OWN_VARIABLES = ("JPY_", "MPLBACKEND", "PYDEVD_DISABLE_FILE_VALIDATION", "PYTEST_CURRENT_TEST")
+# The variables read while the server imported what the kernels share (or by the
+# interpreter at its start): a kernel asked for with any of them different from the
+# server's would not be the kernel asked for. The others take effect in the kernel as in
+# an ordinary one. MPLBACKEND is ipykernel's to set (below).
+AT_IMPORT = ("PYTHON", "LD_", "LC_", "LANG", "HOME", "XDG_", "TMPDIR", "PATH", "VIRTUAL_ENV",
+             "COV_", "COVERAGE_", "ATEN_", "TORCH", "PYTORCH_", "MKL_", "OMP_", "KMP_",
+             "GOMP_", "ONEDNN_", "DNNL_", "OPENBLAS_", "NUMPY_", "NPY_", "MPLCONFIGDIR",
+             "MATPLOTLIB", "JUPYTER", "IPYTHON")  # fmt: skip
 # How ipykernel shows figures; set before matplotlib is imported, as ipykernel would.
 INLINE = "module://matplotlib_inline.backend_inline"
 
 
 def _differences(asked: dict[str, str], own: dict[str, str]) -> list[str]:
-    keys = set(asked) | set(own)
-    return sorted(k for k in keys
-                  if asked.get(k) != own.get(k) and not k.startswith(OWN_VARIABLES))
+    keys = {k for k in set(asked) | set(own) if k.startswith(AT_IMPORT)}
+    return sorted(k for k in keys if asked.get(k) != own.get(k))
 
 
 # --- the launcher: the process Jupyter starts ------------------------------------------
@@ -203,6 +206,9 @@ def serve(address: str) -> None:
             request = json.loads(message)
             differences = _differences(request["env"], own)
             if differences or len(fds) != 3:
+                print(f"tools/kernels.py: an ordinary kernel for {request['cwd']}: the "
+                      f"environment differs from the server's in {', '.join(differences)}",
+                      file=sys.stderr, flush=True)
                 conn.sendall(json.dumps({"refused": differences}).encode() + b"\n")
                 conn.close()
                 for fd in fds:
