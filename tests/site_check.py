@@ -299,6 +299,7 @@ class PageReport:
     # bytes transferred, bytes decoded)
     glyphs: dict | None  # MISSING_GLYPHS_JS's report, for a page with Chinese text
     facts: dict  # see examine()
+    landed: str  # the page the visit ended on (another, for a front door that leads on)
 
 
 def inspect_page(browser, origin: Served, path: str, desktop: tuple[int, int],
@@ -308,7 +309,8 @@ def inspect_page(browser, origin: Served, path: str, desktop: tuple[int, int],
     everything measured on it: the bytes it fetched, its Chinese glyphs (``cjk``), and
     :func:`examine`'s problems at the ``desktop`` window, then at ``phone`` (``measured``:
     the styles of text whose contrast this process has measured, see
-    :func:`accessibility_problems`)."""
+    :func:`accessibility_problems`). A page that sends the reader on to another (the
+    front door) is not examined: the page it leads to is, on its own visit."""
     context = browser.new_context(viewport={"width": desktop[0], "height": desktop[1]})
     try:
         page = context.new_page()
@@ -318,11 +320,13 @@ def inspect_page(browser, origin: Served, path: str, desktop: tuple[int, int],
         origin.wait_until_idle()
         sent = origin.take_sent()
         glyphs = page.evaluate(MISSING_GLYPHS_JS) if cjk else None
+        landed = urlparse(page.url).path.lstrip("/")
         facts: dict = {}
-        found += examine(page, phone, facts, measured)
+        if landed == path:
+            found += examine(page, phone, facts, measured)
     finally:
         context.close()
-    return PageReport(found, sent, glyphs, facts)
+    return PageReport(found, sent, glyphs, facts, landed)
 
 
 def examine(page, phone: tuple[int, int] | None = None, facts: dict | None = None,

@@ -38,9 +38,10 @@ PRELOAD = ("ipykernel.kernelapp", "ipykernel.ipkernel", "numpy", "torch", "matpl
 # The variables read while the server imported what the kernels share (or by the
 # interpreter at its start): a kernel asked for with any of them different from the
 # server's would not be the kernel asked for. The others take effect in the kernel as in
-# an ordinary one. MPLBACKEND is ipykernel's to set (below).
+# an ordinary one (torch sets TORCHINDUCTOR_CACHE_DIR in the tests' processes as they
+# run, for one). MPLBACKEND is ipykernel's to set (below).
 AT_IMPORT = ("PYTHON", "LD_", "LC_", "LANG", "HOME", "XDG_", "TMPDIR", "PATH", "VIRTUAL_ENV",
-             "COV_", "COVERAGE_", "ATEN_", "TORCH", "PYTORCH_", "MKL_", "OMP_", "KMP_",
+             "COV_", "COVERAGE_", "ATEN_", "TORCH_", "PYTORCH_", "MKL_", "OMP_", "KMP_",
              "GOMP_", "ONEDNN_", "DNNL_", "OPENBLAS_", "NUMPY_", "NPY_", "MPLCONFIGDIR",
              "MATPLOTLIB", "JUPYTER", "IPYTHON")  # fmt: skip
 # How ipykernel shows figures; set before matplotlib is imported, as ipykernel would.
