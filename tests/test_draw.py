@@ -881,12 +881,14 @@ def _builders(t: int = 3, d: int = 6) -> dict[str, Callable[[], Figure]]:
 
 
 @pytest.mark.parametrize("name", list(_builders()))
+@pytest.mark.no_cover  # renders what other tests draw: tracing it again only slows it
 def test_same_inputs_give_byte_identical_svg(name):
     # small: rendering text as paths is the slow part
     assert_reproducible(_builders(t=2, d=4)[name])
 
 
 @pytest.mark.parametrize("name", list(_builders()))
+@pytest.mark.no_cover  # renders what other tests draw: tracing it again only slows it
 def test_figures_fit_the_text_width_with_readable_fonts(name):
     assert_house_style(_builders()[name]())
 

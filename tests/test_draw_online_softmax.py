@@ -218,11 +218,13 @@ BUILDERS = {
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.no_cover  # renders what other tests draw: tracing it again only slows it
 def test_same_inputs_give_byte_identical_svg(name):
     assert_reproducible(BUILDERS[name])
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.no_cover  # renders what other tests draw: tracing it again only slows it
 def test_figures_fit_the_text_width_with_readable_fonts(name):
     assert_house_style(BUILDERS[name]())
 

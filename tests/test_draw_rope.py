@@ -232,11 +232,13 @@ BUILDERS = {
 }
 
 
+@pytest.mark.no_cover  # renders what other tests draw: tracing it again only slows it
 def test_same_inputs_give_byte_identical_svg():
     assert_reproducible(BUILDERS["rope"])
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))
+@pytest.mark.no_cover  # renders what other tests draw: tracing it again only slows it
 def test_figures_fit_the_text_width_with_readable_fonts(name):
     fig = BUILDERS[name]()
     assert_house_style(fig)
