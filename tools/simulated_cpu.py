@@ -43,14 +43,19 @@ from tools import nbtools, stages
 # Tests of the book's tooling (notebook pairing, the workbook, the layering of mha, the
 # stage runner, the site): what they check does not depend on the CPU.
 TOOLING_TESTS = [
+    "tests/test_chapter_tools.py",
     "tests/test_import_layering.py",
+    "tests/test_kernels.py",
     "tests/test_notebooks.py",
     "tests/test_packaging.py",
     "tests/test_prose.py",
+    "tests/test_readme.py",
     "tests/test_references.py",
     "tests/test_site.py",
+    "tests/test_site_assets.py",
     "tests/test_site_build.py",
     "tests/test_stages.py",
+    "tests/test_translations.py",
     "tests/test_workbook.py",
 ]
 
