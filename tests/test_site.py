@@ -135,6 +135,10 @@ def test_site_check_sees_layout_problems(desktop, tmp_path):
     assert f"page wider than a {PHONE} px window: " in joined and "z" * 50 in joined
     assert joined.count("page wider than a ") == 1  # at 390 px only, not at 1280 px
     assert f"scrolls sideways at {PHONE} px with no sign of it: " + "y" * 40 in joined
+    # axe's rules for what changes at a phone's width run there.
+    phone_only = [p for p in problems if "scrollable-region-focusable" in p
+                  and "article > pre:" in p]
+    assert len(phone_only) == 1 and "(light, phone)" in phone_only[0], problems
 
 
 def test_a_wide_table_says_that_it_scrolls(desktop, tmp_path):
@@ -178,6 +182,8 @@ LAYOUT_PAGE = (
     '<mjx-math style="display:inline-block;width:500px">x</mjx-math></mjx-container>'
     # Inline code that cannot wrap: it fits 1280 px but pushes the page past 390 px.
     "<p>See <code>" + "z" * 60 + "</code>.</p>"
+    # A box that fits 1280 px and scrolls at 390 px, with nothing the keyboard can reach.
+    '<pre style="overflow:auto;font:16px monospace">' + "v" * 50 + "</pre>"
     "</article></body></html>"
 )
 
