@@ -127,7 +127,9 @@ def scaled_dot_product_attention(
     mask : bool array_like, optional
         **True = may attend.** At least 2 dims, broadcastable to ``(..., T, S)`` without
         enlarging it (each dim 1 or equal, right-aligned), e.g. ``(T, S)`` from
-        :func:`mha.causal_mask` or ``(B, 1, 1, S)`` from :func:`mha.padding_mask`.
+        :func:`mha.causal_mask` or ``(B, 1, 1, S)`` from :func:`mha.padding_mask`. A
+        2-D mask is always read as ``(T, S)``, one row per query: a ``(B, S)`` padding
+        mask with ``B == T`` passes the shape check and is silently misread.
     score_bias : float array_like, optional
         Keyword only. Added to the scaled scores before the softmax, e.g. ALiBi's
         :func:`mha.alibi_bias` ``(H, T, S)``. Same shape rule as ``mask``; finite
@@ -299,6 +301,10 @@ def multi_head_attention_steps(
         (``mha.causal_mask(T, num_keys=S)`` for the last ``T`` of ``S`` positions); with
         a rolling cache only the kept ones, ``S = cache.kept_length + key.shape[1]``
         (and the mask is ``mha.sliding_window_mask(T, cache.window, num_keys=S)``).
+        A 2-D mask is always read as ``(T, S)``, one row per query, the same for every
+        sequence: a ``(B, S)`` padding mask with ``B == T`` passes the shape check and
+        is silently misread. Padding is ``(B, 1, 1, S)``, as :func:`mha.padding_mask`
+        returns it.
     cache : KVCache, optional
         Keyword only, as ``score_bias``. The key and value heads of earlier
         positions: the heads of ``key`` and ``value`` are appended to it, and the
@@ -349,7 +355,10 @@ def multi_head_attention_steps(
             )
     num_kv_heads = params.num_kv_heads(num_heads)  # checks num_heads too
     if cache is not None and not isinstance(cache, KVCache):
-        raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
+        raise ValueError(
+            f"cache must be a mha.KVCache, got {type(cache).__module__}."
+            f"{type(cache).__qualname__} (mha.kv_cache_torch.KVCache is the torch layers')"
+        )
     batch, target_len = query.shape[0], query.shape[1]
     # S: the new keys, after the cached ones that the append keeps (all, or window - 1).
     source_len = key.shape[1] + (0 if cache is None else cache.kept_length)
@@ -414,7 +423,8 @@ def multi_head_attention(
 
     ``MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_o`` with
     ``head_h = Attention(Q W_q^h, K W_k^h, V W_v^h)``, computed for all heads at once.
-    Arguments as in :func:`multi_head_attention_steps`.
+    Arguments as in :func:`multi_head_attention_steps`; a 2-D ``mask`` is ``(T, S)``
+    there too, so padding goes in as :func:`mha.padding_mask`'s ``(B, 1, 1, S)``.
 
     Returns
     -------

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from mha._checks import check_positive_int
 from mha.kv_cache_torch import KVCache
-from mha.modules import MultiHeadAttention
+from mha.modules import MultiHeadAttention, check_hidden
 
 __all__ = ["DecoderLayer", "EncoderLayer", "FeedForward"]
 
@@ -46,6 +46,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, L, D) -> (B, L, D)``, each position independently."""
+        check_hidden(x, "x", self.linear1.in_features, self.linear1.weight.dtype)
         hidden = F.relu(self.linear1(x))  # (B, L, D) @ (D, d_ff) -> (B, L, d_ff)
         return self.linear2(self.dropout(hidden))  # (B, L, d_ff) @ (d_ff, D) -> (B, L, D)
 
@@ -123,6 +124,8 @@ class EncoderLayer(nn.Module):
             ``(B, S, D)``.
         weights : Tensor or None
         """
+        # Checked here: pre-norm meets x first in a LayerNorm, whose error names nothing.
+        check_hidden(x, "x", self.self_attn.d_model, self.self_attn.W_q.weight.dtype)
         options = {"need_weights": need_weights, "score_bias": score_bias,
                    "rope_positions": rope_positions}  # fmt: skip
         if self.norm_first:
@@ -213,6 +216,14 @@ class DecoderLayer(nn.Module):
         cross_weights : Tensor or None
             ``(B, H, T, S)``.
         """
+        dtype = self.self_attn.W_q.weight.dtype  # x meets a LayerNorm first in pre-norm
+        check_hidden(x, "x", self.self_attn.d_model, dtype)
+        check_hidden(memory, "memory", self.self_attn.d_model, dtype)
+        if cache is not None and (not isinstance(cache, tuple | list) or len(cache) != 2):
+            raise ValueError(
+                "cache must be a pair (self-attention KVCache, cross-attention KVCache), "
+                f"one item of Transformer.new_cache(), got {type(cache).__name__}"
+            )
         self_cache, cross_cache = (None, None) if cache is None else cache
         self_options = {"need_weights": need_weights, "cache": self_cache,
                         "score_bias": self_score_bias, "rope_positions": rope_positions}

@@ -36,7 +36,7 @@ from mha._checks import check_divisible, check_kv_heads, check_positive_int
 from mha.kv_cache_torch import KVCache
 from mha.positional_torch import apply_rope
 
-__all__ = ["MultiHeadAttention", "kv_head_index"]
+__all__ = ["MultiHeadAttention", "check_hidden", "kv_head_index"]
 
 
 def kv_head_index(num_heads: int, num_kv_heads: int) -> Tensor:
@@ -139,12 +139,7 @@ class MultiHeadAttention(nn.Module):
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, cached: int
     ) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(x, Tensor):
-                raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-            if x.ndim != 3 or x.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name} must have shape (B, L, d_model={self.d_model}), got {tuple(x.shape)}"
-                )
+            check_hidden(x, name, self.d_model, self.W_q.weight.dtype)
         if not query.shape[0] == key.shape[0] == value.shape[0]:
             raise ValueError(
                 "query, key and value must have the same batch size, got shapes "
@@ -164,6 +159,35 @@ class MultiHeadAttention(nn.Module):
                 "convert additive float masks with mha.masks.from_additive_mask"
             )
         self._check_fits_scores("mask", mask, query, key, cached)
+
+    @staticmethod
+    def _check_cache_type(cache: object) -> None:
+        """A torch :class:`KVCache` or None: not the specification's, not a dict."""
+        if cache is not None and not isinstance(cache, KVCache):
+            kind = f"{type(cache).__module__}.{type(cache).__qualname__}"
+            raise ValueError(
+                f"cache must be a mha.kv_cache_torch.KVCache (one per attention layer), "
+                f"got {kind}; mha.KVCache is the NumPy specification's, which holds arrays"
+            )
+
+    def _check_cache_heads(self, cache: KVCache, query: Tensor) -> None:
+        """The heads a cache holds, if any, are this layer's: its dtype, ``B``, ``Hkv``
+        and ``Dh``."""
+        if cache.k_heads is None:
+            return
+        stored, dtype = cache.k_heads, self.W_q.weight.dtype
+        if stored.dtype != dtype:
+            raise ValueError(
+                f"cache holds {stored.dtype} key/value heads, but this layer computes in "
+                f"{dtype}: a cache must come from a layer of the same dtype"
+            )
+        want = (query.shape[0], self.num_kv_heads, self.head_dim)
+        if (stored.shape[0], stored.shape[1], stored.shape[3]) != want:
+            raise ValueError(
+                f"cache holds key heads of shape {tuple(stored.shape)}, but this layer "
+                f"needs (B, Hkv, S, Dh) with (B, Hkv, Dh) = {want} (query "
+                f"{tuple(query.shape)})"
+            )
 
     def _check_fits_scores(
         self, name: str, t: Tensor, query: Tensor, key: Tensor, cached: int
@@ -238,12 +262,16 @@ class MultiHeadAttention(nn.Module):
         Parameters
         ----------
         query : Tensor
-            ``(B, T, D)``.
+            ``(B, T, D)``, in the module's dtype (that of its weights).
         key, value : Tensor
-            ``(B, S, D)`` (``key is value is query`` for self-attention).
+            ``(B, S, D)`` (``key is value is query`` for self-attention), the same dtype.
         mask : Tensor, optional
             bool, True = may attend, broadcastable to ``(B, H, T, S)`` — e.g. ``(T, S)``
-            causal, ``(B, 1, 1, S)`` key padding, ``(B, 1, T, S)`` both.
+            causal, ``(B, 1, 1, S)`` key padding, ``(B, 1, T, S)`` both. A 2-D mask is
+            always read as ``(T, S)``, one row per query: a ``(B, S)`` padding mask with
+            ``B == T`` passes the shape check and is silently misread. Padding is
+            ``(B, 1, 1, S)``, as :func:`mha.padding_mask` and its torch twin
+            :func:`mha.masks_torch.source_mask` return it.
         need_weights : bool
             Default True, as in ``torch.nn.MultiheadAttention``, which this module
             mirrors (the layers and the Transformer default to False: see there).
@@ -252,10 +280,12 @@ class MultiHeadAttention(nn.Module):
             ``(B, H, T, S)`` weights and returns None for them. Projected queries or
             keys holding NaN or inf take the explicit path, so that NaN propagates on
             both paths alike.
-        cache : KVCache, optional
-            Keys and values of earlier positions: those of ``key``/``value`` are appended
-            (or, for a ``fixed`` cache already filled, not projected at all) and the
-            queries attend to everything cached. ``S`` in the mask counts the cached
+        cache : mha.kv_cache_torch.KVCache, optional
+            Not the specification's ``mha.KVCache``; the heads it holds, if any, are
+            this module's (its dtype, ``B``, ``Hkv``, ``Dh``). Keys and values of
+            earlier positions: those of ``key``/``value`` are appended (or, for a
+            ``fixed`` cache already filled, not projected at all) and the queries
+            attend to everything cached. ``S`` in the mask counts the cached
             positions; ``mha.causal_mask(T, num_keys=S)`` is the causal mask of the last
             ``T`` of ``S`` positions. With a rolling cache (``window``), ``S`` counts
             only the kept ones, ``cache.kept_length + key.shape[1]``, and the mask is
@@ -282,6 +312,7 @@ class MultiHeadAttention(nn.Module):
             ``(B, H, T, S)`` attention weights (before dropout; rows sum to 1, or are all
             zero for a query row with nothing to attend to).
         """
+        self._check_cache_type(cache)
         reuse = cache is not None and cache.fixed and cache.k_heads is not None
         # The cached keys the queries see: a reused memory is `key` itself (S in all);
         # otherwise those the append keeps (all, or the last window - 1).
@@ -290,6 +321,7 @@ class MultiHeadAttention(nn.Module):
         )
         self._check_inputs(query, key, value, mask, cached)
         if cache is not None:
+            self._check_cache_heads(cache, query)
             cache.check_block(query.shape[1], cached + key.shape[1], has_mask=mask is not None)
         score_bias = self._check_score_bias_and_rope(
             query, key, cached, reuse, score_bias, rope_positions
@@ -392,6 +424,21 @@ class MultiHeadAttention(nn.Module):
         )  # (B, H, T, Dh)
         # Some SDPA kernels give NaN for an empty row: the rule above, applied here too.
         return context if empty is None else context.masked_fill(empty, 0.0)
+
+
+def check_hidden(x: object, name: str, d_model: int, dtype: torch.dtype) -> None:
+    """A layer's input of hidden states: a ``(B, L, d_model)`` tensor in the layer's
+    ``dtype``. A float32 input to a float64 layer is refused here, by name, instead of
+    by a matmul or a LayerNorm deep inside. (Shared by :mod:`mha.layers`.)"""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} must have shape (B, L, d_model={d_model}), got {tuple(x.shape)}")
+    if x.dtype != dtype:
+        raise ValueError(
+            f"{name} has dtype {x.dtype}, but the layer's weights are {dtype}: convert "
+            f"the input ({name}.to({dtype})) or the model (.to({x.dtype}))"
+        )
 
 
 def _fits_scores(t: Tensor, target: tuple[int, int, int, int]) -> bool:

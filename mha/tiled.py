@@ -124,8 +124,9 @@ def flash_attention(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scaled dot-product attention computed tile by tile, never holding ``(T, S)`` scores.
 
-    Equal to ``mha.scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding, but
-    at most a ``(tile_size, tile_size)`` tile of scores exists at any time.
+    Equal to ``mha.scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding for
+    finite inputs, but at most a ``(tile_size, tile_size)`` tile of scores exists at
+    any time.
 
     Parameters
     ----------
@@ -158,6 +159,18 @@ def flash_attention(
         If ``tile_size`` is not a positive integer, the shapes of ``q``, ``k``, ``v``
         disagree, ``mask`` is not boolean or does not broadcast to ``(..., T, S)``, or
         ``causal`` is set with ``S < T``.
+
+    Notes
+    -----
+    NaN and infinity with ``causal=True``: the tiles the causal mask skips are never
+    read. A NaN or an infinity in ``v`` at key position ``j`` reaches the rows that may
+    see ``j`` (as NaN or inf), and of the rows that may not, only those whose computed
+    tiles include ``j``: which rows those are depends on ``tile_size``.
+    ``mha.scaled_dot_product_attention`` and PyTorch's ``scaled_dot_product_attention``
+    multiply every value by its weight, 0 for a blocked key, and ``0 * nan`` and
+    ``0 * inf`` are NaN: from them every row that may not see ``j`` is NaN. For finite
+    inputs the two agree up to rounding. With ``mask`` alone (``causal=False``) every
+    tile is computed, and the rows that hold NaN are the same as theirs.
     """
     q, k, v = as_float_array(q, "q"), as_float_array(k, "k"), as_float_array(v, "v")
     check_qkv(q, k, v)

@@ -346,10 +346,24 @@ class Transformer(TokenModel):
             One ``(B, H, T, S)`` per layer (empty unless ``need_weights``).
         """
         check_token_ids(src, "src")
+        if not isinstance(memory, Tensor):
+            raise ValueError(f"memory must be a torch.Tensor, got {type(memory).__name__}")
         if memory.ndim != 3 or memory.shape[:2] != src.shape or memory.shape[2] != self.d_model:
             raise ValueError(
                 f"memory must have shape (B, S, d_model) = {(*src.shape, self.d_model)} to "
                 f"match src {tuple(src.shape)}, got {tuple(memory.shape)}"
+            )
+        if memory.dtype != self.output.weight.dtype:
+            raise ValueError(
+                f"memory has dtype {memory.dtype}, but the model's weights are "
+                f"{self.output.weight.dtype}: pass the memory this model's encode returned"
+            )
+        if cache is not None and not _is_model_cache(cache, len(self.decoder_layers)):
+            raise ValueError(
+                f"cache must be the list model.new_cache() returns, one pair of "
+                f"mha.kv_cache_torch.KVCache per decoder layer ({len(self.decoder_layers)}), "
+                f"got {type(cache).__name__}"
+                + (f" of {len(cache)}" if isinstance(cache, list | tuple) else "")
             )
         check_token_ids(tgt_in, "tgt_in")
         if tgt_in.shape[0] != src.shape[0]:
@@ -358,6 +372,11 @@ class Transformer(TokenModel):
                 f"tgt_in {tuple(tgt_in.shape)}, src {tuple(src.shape)}"
             )
         start = cache[0][0].length if cache else 0  # positions already cached
+        if tgt_in.shape[1] < start:  # as many: no new position, no logits (allowed)
+            raise ValueError(
+                f"tgt_in has {tgt_in.shape[1]} positions but the cache already holds {start}: "
+                "pass the whole prefix, the cached positions included"
+            )
         x = self.embedding_dropout(self._embed(tgt_in, self.tgt_embedding, "tgt_in", start))
         self_mask = target_mask(tgt_in, self.pad_id)[:, :, start:]  # (B, 1, T - L, T)
         cross_mask = source_mask(src, self.pad_id)  # (B, 1, 1, S)
@@ -405,3 +424,13 @@ class Transformer(TokenModel):
         if need_weights:
             return logits, AttentionMaps(enc_weights, self_weights, cross_weights)
         return logits
+
+
+def _is_model_cache(cache: object, num_layers: int) -> bool:
+    """Whether ``cache`` is shaped as :meth:`Transformer.new_cache` returns it."""
+    return (
+        isinstance(cache, list)
+        and len(cache) == num_layers
+        and all(isinstance(pair, tuple | list) and len(pair) == 2
+                and all(isinstance(c, KVCache) for c in pair) for pair in cache)
+    )

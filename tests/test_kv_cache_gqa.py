@@ -132,11 +132,19 @@ def test_kv_heads_must_divide_heads(heads, kv_heads):
         MultiHeadAttention(12, heads, num_kv_heads=kv_heads)
 
 
-def test_a_cache_refuses_heads_of_another_shape():
-    cache = KVCache()
-    cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
-    with pytest.raises(ValueError, match=r"\(B, Hkv, S, Dh\) must agree except S"):
-        cache.append(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+@pytest.mark.parametrize("shape", [(1, 3, 1, 4), (2, 2, 1, 4), (1, 2, 1, 5)],
+                         ids=["heads", "batch", "head_dim"])  # fmt: skip
+@pytest.mark.parametrize("window", [None, 2])
+def test_a_cache_refuses_heads_of_another_shape(shape, window):
+    """Every dim but S is checked, the head size too (without it torch.cat raised its
+    own RuntimeError, naming nothing); in both caches, growing or rolling."""
+    for cache, zeros in ((KVCache(window=window), torch.zeros),
+                         (mha.KVCache(window=window), np.zeros)):  # fmt: skip
+        cache.append(zeros((1, 2, 3, 4)), zeros((1, 2, 3, 4)))
+        with pytest.raises(ValueError, match=r"\(B, Hkv, S, Dh\) must agree except S"):
+            cache.append(zeros(shape), zeros(shape))
+        assert cache.length == 3
+        cache.append(zeros((1, 2, 2, 4)), zeros((1, 2, 2, 4)))  # only S differs: taken
 
 
 # ---------------------------------------------------------------- the specification

@@ -353,3 +353,35 @@ def test_a_block_through_a_rolling_cache_without_a_mask_is_refused():
     with pytest.raises(ValueError, match=r"sliding_window_mask\(3, 3, num_keys=4\)"):
         m(xt[:, 1:4], xt[:, 1:4], xt[:, 1:4], cache=ours)
     assert ours.length == 1
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])
+@pytest.mark.parametrize("window", [2, 3])
+def test_every_block_of_two_or_more_needs_a_mask(size, window):
+    """The smallest block that needs a mask is 2 (its first query must not see its
+    second), whatever the window: a check loosened to blocks of more than 2 is caught
+    here, in the module and the spec. The same block with its band mask goes through."""
+    x = np.random.default_rng(1).normal(size=(1, size + 1, 8))
+    params = mha.AttentionParams.init(8, seed=3)
+    num_keys = min(1, window - 1) + size  # the kept cached position and the block
+    band = mha.sliding_window_mask(size, window, num_keys=num_keys)
+    needs = rf"sliding_window_mask\({size}, {window}, num_keys={num_keys}\)"
+
+    spec = mha.KVCache(window=window)
+    mha.multi_head_attention(x[:, :1], x[:, :1], x[:, :1], params, 4, cache=spec)
+    new = x[:, 1:]
+    with pytest.raises(ValueError, match=needs):
+        mha.multi_head_attention(new, new, new, params, 4, cache=spec)
+    assert spec.length == 1  # nothing appended
+    mha.multi_head_attention(new, new, new, params, 4, mask=band, cache=spec)
+    assert spec.length == num_keys
+
+    m = convert.params_to_module(params, num_heads=4)
+    ours, xt = KVCache(window=window), torch.from_numpy(x)
+    m(xt[:, :1], xt[:, :1], xt[:, :1], cache=ours)
+    new = xt[:, 1:]
+    with pytest.raises(ValueError, match=needs):
+        m(new, new, new, cache=ours)
+    assert ours.length == 1
+    m(new, new, new, mask=torch.from_numpy(band), cache=ours)
+    assert ours.length == num_keys

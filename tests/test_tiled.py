@@ -156,6 +156,57 @@ def test_nan_propagates_and_is_not_turned_into_zeros() -> None:
     assert not np.isnan(np.delete(context[0, 0], 1, axis=0)).any()
 
 
+def rows_whose_tiles_read(position: int, T: int, S: int, tile_size: int) -> set[int]:
+    """The query rows of every row of tiles whose tile holding key ``position`` is
+    computed under ``causal=True`` (not skipped: some query of the row of tiles may see
+    one of its keys), by the definition in flash_attention's docstring."""
+    k0 = position // tile_size * tile_size
+    rows = set()
+    for q0 in range(0, T, tile_size):
+        q1 = min(q0 + tile_size, T)
+        if k0 <= q1 - 1 + S - T:
+            rows |= set(range(q0, q1))
+    return rows
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize(("T", "S"), [(8, 8), (5, 9)])
+def test_a_bad_value_under_causal_reaches_only_the_tiles_read(bad, T, S) -> None:
+    """The documented difference (flash_attention's Notes): with causal=True a NaN or
+    inf in v at key j reaches the rows that may see j, plus the rows of the tiles that
+    read j, which depend on tile_size; the whole-matrix formula and torch multiply
+    every value by its weight (0 * nan, 0 * inf are NaN) and give NaN in every row that
+    may not see j. With the same causal mask passed as ``mask``, no tile is skipped and
+    the rows holding NaN are the formula's."""
+    q, k, v = qkv(lead=(), T=T, S=S, Dv=3, seed=5)
+    j = S - 2  # the queries that may see key j: the last two
+    v[j, 1] = bad
+    sees = {t for t in range(T) if j <= t + S - T}
+    mask = causal_mask(T, num_keys=S)
+    with np.errstate(invalid="ignore"):  # 0 * nan and 0 * inf: the input under test
+        spec, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch_out = F.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)),
+                                               attn_mask=torch.from_numpy(mask)).numpy()
+    for whole in (spec, torch_out):  # every row that may not see j is NaN
+        assert set(np.flatnonzero(np.isnan(whole).any(-1))) >= set(range(T)) - sees
+    for tile_size in range(1, T + 1):
+        with np.errstate(invalid="ignore"):
+            context, _ = flash_attention(q, k, v, tile_size=tile_size, causal=True)
+        not_finite = set(np.flatnonzero(~np.isfinite(context).all(-1)))
+        assert not_finite == sees | rows_whose_tiles_read(j, T, S, tile_size), tile_size
+        # the rows that may see j: NaN or inf in both, where the formula has it
+        for t in sees:
+            assert np.array_equal(np.isfinite(context[t]), np.isfinite(spec[t]))  # exact
+        with np.errstate(invalid="ignore"):
+            masked, _ = flash_attention(q, k, v, mask, tile_size=tile_size)
+        assert np.array_equal(np.isnan(masked).any(-1), np.isnan(spec).any(-1))  # exact
+    if (T, S, bad) == (8, 8, np.nan):  # the case of issue 32: NaN at position 6
+        got = {t: set(np.flatnonzero(np.isnan(flash_attention(q, k, v, tile_size=t,
+                                                              causal=True)[0]).any(-1)))
+               for t in (1, 2, 3, 4, 8)}  # fmt: skip
+        assert got == {1: {6, 7}, 2: {6, 7}, 3: {6, 7}, 4: {4, 5, 6, 7}, 8: set(range(8))}
+
+
 def test_float32_stays_float32() -> None:
     q, k, v = (x.astype(np.float32) for x in qkv())
     context, logsumexp = flash_attention(q, k, v, tile_size=3)

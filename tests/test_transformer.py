@@ -321,6 +321,7 @@ def test_bad_inputs_raise_value_errors() -> None:
     long_src = torch.ones(1, 65, dtype=torch.long)
     with pytest.raises(ValueError, match=r"src has length 65 > max_len=64 \(shape \(1, 65\)\)"):
         model.encode(long_src)
+    assert model.encode(long_src[:, :64])[0].shape == (1, 64, 32)  # exactly max_len: taken
     memory, _ = model.encode(src)
     with pytest.raises(ValueError, match=r"memory must have shape .* \(3, 6, 32\).* \(3, 5, 32\)"):
         model.decode(tgt_in, memory[:, :5], src)

@@ -245,6 +245,15 @@ def test_the_checks_catch_what_they_are_for():
     assert editions.markup_problem(ref, "见 {ref}`掩码一节 <mask>`。")
     assert editions.markup_problem("A **\"word\"** here", "这里的**“词”**")
     assert not editions.markup_problem("A **word** here", "这里的**词**")
+    # A link's target, changed or dropped, named in the report.
+    link = "See [the paper](https://arxiv.org/abs/1706.03762)."
+    assert not editions.markup_problem(link, "见[论文](https://arxiv.org/abs/1706.03762)。")
+    for changed in ("见[论文](https://arxiv.org/abs/1706.0376)。", "见论文。"):
+        problem = editions.markup_problem(link, changed)
+        assert problem and "lost link: https://arxiv.org/abs/1706.03762" in problem
+    image = "A head ![its weights](img/head.png) here."
+    assert not editions.markup_problem(image, "一个头 ![它的权重](img/head.png)。")
+    assert "lost image: img/head.png" in editions.markup_problem(image, "![权重](img/h.png)")
 
 
 def test_the_references_notes_are_messages_and_reach_the_edition(tmp_path, monkeypatch):
@@ -261,10 +270,79 @@ def test_the_references_notes_are_messages_and_reach_the_edition(tmp_path, monke
         LOCALE / "LC_MESSAGES" / f"{editions.bibliography_page()}.po") if m.id}
     pairs = zip(bib.splitlines(), copy.splitlines(), strict=True)
     changed = [(a, b) for a, b in pairs if a != b]
-    assert len(changed) == sum(1 for _, _, n in notes
-                               if catalog.get(n) and catalog[n].string and catalog[n].string != n)
+    assert len(changed) == sum(1 for _, _, n in notes if catalog.get(n) and catalog[n].string
+                               and not catalog[n].fuzzy and catalog[n].string != n)
     for english, local in changed:
         assert english.split("{")[0] == local.split("{")[0]  # the same field, translated
+
+
+def test_a_fuzzy_or_untranslated_note_stays_english(tmp_path, monkeypatch):
+    """Only a translated message that is not fuzzy replaces its note: a fuzzy one is a
+    translation of an older English note."""
+    from babel.messages.catalog import Catalog
+
+    bib = tmp_path / "references.bib"
+    bib.write_text("@misc{a,\n  note = {Blog post},\n}\n@misc{b,\n  note = {Lecture notes},\n}\n"
+                   "@misc{c,\n  howpublished = {Video},\n}\n", encoding="utf-8")
+    catalog = Catalog(locale=LANGUAGE)
+    catalog.add("Blog post", "博客文章")
+    catalog.add("Lecture notes", "讲义", flags=["fuzzy"])
+    catalog.add("Video", "")
+    po = tmp_path / "LC_MESSAGES" / "book" / "references.po"
+    po.parent.mkdir(parents=True)
+    with po.open("wb") as f:
+        babel_pofile.write_po(f, catalog)
+    monkeypatch.setattr(editions, "BIB", bib)
+    monkeypatch.setattr(editions, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(editions, "catalogs", lambda language: tmp_path / "LC_MESSAGES")
+    monkeypatch.setattr(editions, "bibliography_page", lambda: "book/references")
+    copy = editions.translated_bib(LANGUAGE).read_text(encoding="utf-8")
+    assert copy == bib.read_text(encoding="utf-8").replace("{Blog post}", "{博客文章}")
+
+
+def test_the_site_title_and_the_status_count_a_fuzzy_message_as_not_translated(
+        tmp_path, monkeypatch):
+    """The edition's title is taken only from a translated message that is not fuzzy,
+    and ``status`` counts fuzzy messages apart from the translated ones."""
+    import yaml
+    from babel.messages.catalog import Catalog
+
+    title = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
+    root = yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
+    po = tmp_path / LANGUAGE / "LC_MESSAGES" / f"{root}.po"
+    po.parent.mkdir(parents=True)
+    monkeypatch.setattr(editions, "LOCALES", tmp_path)
+    for fuzzy, expected in ((True, None), (False, "多头注意力")):
+        catalog = Catalog(locale=LANGUAGE)
+        catalog.add(title, "多头注意力", flags=["fuzzy"] if fuzzy else [])
+        catalog.add("Heads", "头")
+        catalog.add("Keys", "")
+        with po.open("wb") as f:
+            babel_pofile.write_po(f, catalog)
+        assert editions.translated_title(LANGUAGE) == expected
+        assert editions.stats(po) == {"translated": 2 - fuzzy, "fuzzy": int(fuzzy),
+                                      "untranslated": 1, "obsolete": 0}
+
+
+def test_the_edition_shares_only_identical_files_with_the_english_one(tmp_path):
+    """A file of _static, _images or _sources that is byte for byte the English one is
+    removed and the pages point one folder up at the English copy; a file that differs
+    stays, and so do the links to it."""
+    english, edition = tmp_path / "en", tmp_path / "en" / "zh_CN"
+    for site, differs in ((english, b"english"), (edition, b"chinese")):
+        (site / "_static").mkdir(parents=True)
+        (site / "_static" / "same.css").write_bytes(b"body {}")
+        (site / "_static" / "own.js").write_bytes(differs)
+    page = edition / "book" / "page.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<link href="../_static/same.css"><script src="../_static/own.js">',
+                    encoding="utf-8")
+    assert editions.share_with_english(edition, english) == (1, len(b"body {}"))
+    assert not (edition / "_static" / "same.css").exists()
+    assert (edition / "_static" / "own.js").read_bytes() == b"chinese"
+    assert page.read_text(encoding="utf-8") == (
+        '<link href="../../_static/same.css"><script src="../_static/own.js">')
+    assert (english / "_static" / "same.css").exists()  # the target of the new link
 
 
 def test_a_note_over_two_lines_is_refused():

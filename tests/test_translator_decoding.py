@@ -52,6 +52,20 @@ def _constant_model(token: int, vocab_size: int = 6) -> Transformer:
     return model
 
 
+def test_greedy_margins_are_finite_up_to_and_including_the_end_token():
+    """The step that chooses </s> is a choice like any other: its margin counts; only
+    the steps after it, where nothing is chosen, are inf. Hand-made logits, so the
+    expectation does not come from greedy_margins itself."""
+    ids = torch.tensor([[4, EOS, 0, 0], [EOS, 0, 0, 0], [5, 4, 5, 4]])  # (B, L)
+    margins = torch.tensor([[1.5, 0.25, 9.0, 9.0], [0.5, 7.0, 7.0, 7.0],
+                            [2.0, 0.75, 3.0, 0.125]])  # fmt: skip
+    logits = torch.zeros(3, 4, 6)  # (B, L, V): the chosen token leads by the margin
+    logits.scatter_(2, ids[..., None], margins[..., None])
+    inf = float("inf")
+    expected = [[1.5, 0.25, inf, inf], [0.5, inf, inf, inf], [2.0, 0.75, 3.0, 0.125]]
+    assert greedy_margins(ids, logits, EOS).tolist() == expected  # exact: one subtraction of 0
+
+
 def test_greedy_decode_stops_at_end_token():
     src = torch.tensor([[3, 4, 0], [3, 3, 4]])  # (B, S), first row padded
     out = greedy_decode(_constant_model(EOS), src, BOS, EOS)

@@ -34,9 +34,10 @@ from mha.translator.lm_lengths import (
     format_table,
     main,
     summarise,
+    window,
 )
 from mha.translator.lm_model import CausalLM
-from mha.translator.lm_training import LMConfig, evaluate_positions
+from mha.translator.lm_training import LMConfig, build_lm, evaluate_positions, train_lm
 from mha.translator.study import merge_into
 from mha.translator.vocab import BOS, EOS
 
@@ -114,7 +115,8 @@ def test_data_is_a_function_of_the_seed(data):
     assert not torch.equal(other.train, data.train)
     assert lm_vocab().tokens == data.vocab.tokens  # the same ids for every seed
     with pytest.raises(ValueError, match="test_len"):
-        generate_lm_data(0, 12, 8, 10, 2, 2)
+        generate_lm_data(0, 12, 11, 10, 2, 2)
+    assert generate_lm_data(0, 12, 12, 10, 2, 2).test.shape == (2, 13)  # as long: taken
 
 
 # ============================================================== the model
@@ -190,6 +192,10 @@ def test_the_mask_is_causal(scheme):
 
 
 def test_sinusoidal_refuses_inputs_past_its_table_and_bad_arguments():
+    length = TOKENS.shape[1]
+    assert make("sinusoidal", max_len=length)(TOKENS).shape == (1, length, 30)  # the table
+    with pytest.raises(ValueError, match=rf"length {length} > max_len={length - 1}"):
+        make("sinusoidal", max_len=length - 1)(TOKENS)
     with pytest.raises(ValueError, match="max_len"):
         make("sinusoidal", max_len=8)(TOKENS)
     make("rope", max_len=8)(TOKENS)  # the relative schemes take any length
@@ -197,6 +203,78 @@ def test_sinusoidal_refuses_inputs_past_its_table_and_bad_arguments():
         CausalLM(30, position_scheme="learned")
     with pytest.raises(ValueError, match="head_dim"):
         CausalLM(30, d_model=12, num_heads=4, position_scheme="rope")
+
+
+def test_the_study_reads_test_documents_exactly_as_long_as_its_table(data):
+    """build_lm's table covers test_len, and a test document gives the model exactly
+    test_len tokens: an input of exactly max_len must be taken."""
+    config = LMConfig(position_scheme="sinusoidal", train_len=12, test_len=48,
+                      d_model=16, num_heads=4, num_layers=1, d_ff=32)  # fmt: skip
+    torch.manual_seed(0)
+    model = build_lm(config, len(data.vocab)).double()
+    assert model.max_len == data.test.shape[1] - 1 == config.test_len
+    out = evaluate_positions(model, data.test, data.test_translation)
+    assert out["loss"].shape == (config.test_len,) and torch.isfinite(out["loss"]).all()
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluate_positions_measures_in_eval_mode_and_gives_the_mode_back(data, training):
+    """Every forward pass runs in eval mode (no dropout in a measurement), and the
+    model, and each of its submodules, is left in the mode it came in."""
+    torch.manual_seed(0)
+    model = CausalLM(len(data.vocab), 16, 4, 1, 32, "none").double().train(training)
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(module.training))
+    evaluate_positions(model, data.test, data.test_translation, batch_size=7)
+    assert seen == [False] * 3  # 20 documents in batches of 7
+    assert [m.training for m in model.modules()] == [training] * len(list(model.modules()))
+
+
+def test_window_is_the_mean_of_the_last_width_positions_up_to_end():
+    """Positions are 1-based: window(values, end, width) averages positions
+    end - width + 1 .. end, i.e. values[end - width : end], skipping None."""
+    values = [float(p) for p in range(1, 17)]  # the value at position p is p
+    assert window(values, 8, 4) == 6.5  # (5 + 6 + 7 + 8) / 4, exact in binary
+    assert window(values, 16, 4) == 14.5 and window(values, 4, 4) == 2.5
+    assert window(values, 3, 1) == 3.0
+    values[6] = None  # position 7
+    assert window(values, 8, 4) == pytest.approx(19 / 3, rel=1e-15)  # (5 + 6 + 8) / 3
+
+
+def test_summarise_averages_the_last_quarter_before_each_column():
+    """loss@L is the mean of the losses at positions 3L/4 + 1 .. L (the table's
+    column), and likewise at 2L and 4L; per-position values make an off-by-one show."""
+    run = fake_run("a", 0, [[100, 1.0]]) | {
+        "steps_needed": 100, "loss": [float(p) for p in range(1, 33)],
+        "accuracy": [p / 100 for p in range(1, 33)], "translation_accuracy": [None, 1.0] * 16}
+    summary = summarise({"data": {"train_len": 8}, "runs": [run]})["a"]
+    assert summary["loss@L"] == (7.5, 7.5, 7.5)  # positions 7, 8
+    assert summary["loss@2L"] == (15.5, 15.5, 15.5)  # 15, 16
+    assert summary["loss@4L"] == (31.5, 31.5, 31.5)  # 31, 32
+    assert summary["accuracy@4L"][0] == pytest.approx(0.315, rel=1e-15)
+
+
+def test_train_lm_validates_every_eval_every_steps_and_at_the_last(data):
+    """The curve has a point every eval_every steps and one at the last step; the
+    model comes back in eval mode, and training went on in training mode after each
+    validation (evaluate_positions gives the mode back, as fit requires)."""
+    config = LMConfig(steps=5, eval_every=2, warmup=2, batch_size=8, train_len=12,
+                      test_len=48, d_model=16, num_heads=4, num_layers=1, d_ff=32)  # fmt: skip
+    modes = []
+    original = CausalLM.forward
+
+    def forward(self, tokens):
+        modes.append(self.training)
+        return original(self, tokens)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CausalLM, "forward", forward)
+        model, curve, _ = train_lm(config, data)
+    assert [step for step, _ in curve] == [2, 4, 5]
+    assert all(math.isfinite(loss) for _, loss in curve)
+    # 5 training steps, and after steps 2, 4 and 5 one validation batch of 20
+    assert modes == [True, True, False, True, True, False, True, False]
+    assert not model.training
 
 
 def test_evaluate_positions_counts_per_position(data):
@@ -232,6 +310,16 @@ def test_apply_rule_finds_the_first_step_within_the_margin():
     rule = apply_rule(runs, margin=0.05)
     assert rule["best_arm"] == "a" and rule["target"] == 1.0
     assert [r["steps_needed"] for r in runs] == [200, 200, None]
+
+
+def test_apply_rule_counts_a_loss_exactly_at_the_margin_as_within():
+    """"Within the margin" includes its edge (values exact in binary: 1.0 + 0.25)."""
+    runs = [fake_run("a", 0, [[100, 1.5], [200, 1.0]]),
+            fake_run("b", 0, [[100, 1.25], [200, 1.25]]),
+            fake_run("c", 0, [[100, 1.5], [200, 1.25]])]  # fmt: skip
+    rule = apply_rule(runs, margin=0.25)
+    assert rule["target"] == 1.0
+    assert [r["steps_needed"] for r in runs] == [200, 100, 200]
 
 
 def test_format_table_fits_the_book(results):

@@ -493,8 +493,9 @@ FREE_TOKENS = {"text", "softbreak", "hardbreak", "paragraph_open", "paragraph_cl
 
 def markup(text: str) -> collections.Counter:
     """What a message's markup is, as MyST parses it: every kind of token but plain text,
-    and the content of every code span, math span, role target and link. Emphasis that
-    MyST does not open (``**`` beside CJK punctuation) is missing here, as on the page."""
+    and the content of every code span, math span, role target, link and image source.
+    Emphasis that MyST does not open (``**`` beside CJK punctuation) is missing here, as
+    on the page."""
     from markdown_it.renderer import RendererHTML
     from myst_parser.config.main import MdParserConfig
     from myst_parser.parsers.mdit import create_md_parser
@@ -523,6 +524,8 @@ def markup(text: str) -> collections.Counter:
                 found[f"{{{name}}}{content}"] += 1
             elif token.type == "link_open":
                 found[f"link: {token.attrGet('href')}"] += 1
+            elif token.type == "image":  # its alt text, the children, is translated
+                found[f"image: {token.attrGet('src')}"] += 1
             walk(token.children or [])
 
     walk(_PARSER.parse(text))
