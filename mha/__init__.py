@@ -33,9 +33,10 @@ B   batch size
 H   number of heads (``num_heads``)
 T   target / query length
 S   source / key length (``S == T`` for self-attention)
+L   a length that may be T or S, in code that serves queries and keys alike
 D   model width (``d_model``)
 Dh  per-head width (``head_dim = D // H``; the paper's d_k, the articles' "query size")
-V   vocabulary size
+V   vocabulary size (a number; in formulas the matrix V holds the values)
 
 Mask convention: boolean, ``True`` = may attend (as in
 ``torch.nn.functional.scaled_dot_product_attention``); see :mod:`mha.masks` for
