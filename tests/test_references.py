@@ -76,10 +76,12 @@ def problems(key: str, entry: Entry) -> list[str]:
     elif any("anonymous" in str(p).lower() for p in entry.persons.get("author", [])):
         found.append("'Anonymous' is not an author: leave the author out (NO_AUTHOR)")
     year = entry.fields.get("year")
-    if year is None:
+    if year is None or year.startswith("n.d.-"):
         if key not in UNDATED:
             found.append("no year")
-    elif not re.fullmatch(r"\d{4}", year):
+        if year is not None and not re.fullmatch(r"n\.d\.-[a-z]", year):
+            found.append(f"year {year!r} is not n.d.-a, n.d.-b, ...")
+    elif not re.fullmatch(r"\d{4}[a-z]?", year):
         found.append(f"year {year!r} is not a year (leave it out and list it in UNDATED)")
     title = entry.fields.get("title", "")
     if not title.strip():
@@ -109,7 +111,48 @@ def test_the_exceptions_are_still_true():
             assert reason.strip()
             entry = ENTRIES[key]
             has = entry.persons.get(field) if field == "author" else entry.fields.get(field)
+            if field == "year" and has and has.startswith("n.d.-"):
+                continue  # undated, told apart from the author's other undated works
             assert not has, f"{key} has a {field} now: take it off the list"
+
+
+def told_apart(bib: dict[str, Entry]) -> list[str]:
+    """Works cited alike ("Doshi, 2021") must carry the letters that tell them apart:
+    one author (or organisation) and one year, or undated, share a citation; each such
+    group has the letters a, b, c, ... in the order of its keys, and a work alone in its
+    group has none."""
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for key, entry in sorted(bib.items()):
+        authors = entry.persons.get("author") or []
+        who = str(authors[0]) if authors else entry.fields.get("organization", "")
+        year = entry.fields.get("year", "n.d.")
+        base, letter = re.fullmatch(r"(\d{4}|n\.d\.)-?([a-z]?)", year).groups()
+        groups.setdefault((who, base), []).append((key, letter))
+    found = []
+    for (who, base), works in groups.items():
+        letters = [letter for _, letter in works]
+        want = [chr(ord("a") + i) for i in range(len(works))] if len(works) > 1 else [""]
+        if letters != want:
+            found.append(f"{who}, {base}: {', '.join(k for k, _ in works)} have the letters "
+                         f"{letters}, not {want}")
+    return found
+
+
+def test_works_cited_alike_are_told_apart():
+    assert not told_apart(ENTRIES), "\n".join(told_apart(ENTRIES))
+
+
+def test_the_letters_are_checked():
+    def bib(*years: str) -> dict[str, Entry]:
+        return {f"k{i}": Entry("misc", fields={"title": "t", "year": y},
+                               persons={"author": ["Doshi, Ketan"]})
+                for i, y in enumerate(years)}
+
+    assert told_apart(bib("2021a", "2021b", "2020")) == []
+    assert told_apart(bib("2021", "2021"))  # two alike, no letters
+    assert told_apart(bib("2021b", "2021a"))  # out of the keys' order
+    assert told_apart(bib("2020a"))  # a letter with nothing to tell apart
+    assert told_apart(bib("n.d.-a", "n.d.-c"))
 
 
 def test_every_cited_work_is_in_the_bibliography():
