@@ -279,6 +279,34 @@ def softmax_whole_array(x, axis=-1):
     return exps / exps.sum()
 
 
+def softmax_global_max_zeros(x, axis=-1):
+    """One shift for the whole array; 0 / 0 quietly set to 0."""
+    exps = np.exp(x - x.max())
+    sums = exps.sum(axis=axis, keepdims=True)
+    return np.nan_to_num(exps / sums)
+
+
+def softmax_mean(x, axis=-1):
+    exps = np.exp(x - x.mean(axis=axis, keepdims=True))
+    return exps / exps.sum(axis=axis, keepdims=True)
+
+
+def softmax_finite_mean(x, axis=-1):
+    """Shifted by the mean of the finite scores: right for -inf entries and an all -inf
+    row, NaN for [2000, 0, 1]."""
+    finite = np.where(np.isfinite(x), x, np.nan)
+    # an all -inf row has no finite score: its mean is NaN (the checker runs candidates
+    # with NumPy's warnings off, as a notebook would show them and go on)
+    shift = np.nan_to_num(np.nanmean(finite, axis=axis, keepdims=True))
+    exps = np.exp(x - shift)
+    sums = exps.sum(axis=axis, keepdims=True)
+    return np.divide(exps, sums, out=np.zeros_like(exps), where=sums > 0)
+
+
+def softmax_float32(x, axis=-1):
+    return softmax_loops(x, axis).astype(np.float32)
+
+
 def softmax_no_keepdims(x, axis=-1):
     exps = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return exps / np.sum(exps, axis=axis)
@@ -292,6 +320,11 @@ SOFTMAX = {
     "axis 0": (softmax_axis_zero, "the first one (0)"),
     "whole array": (softmax_whole_array, "The whole array sums to 1"),
     "keepdims": (softmax_no_keepdims, "lost its reduced axis"),
+    "global max, zeros": (softmax_global_max_zeros,
+                          "the whole array's maximum is subtracted from every slice"),
+    "mean": (softmax_mean, "shifted by its mean, not its maximum"),
+    "finite mean": (softmax_finite_mean, "shifted by its mean, not its maximum"),
+    "float32": (softmax_float32, "smaller float type than mha's"),
 }
 
 
@@ -376,6 +409,18 @@ def sdpa_nan_row(q, k, v, mask=None):
     return weights @ v, weights
 
 
+def sdpa_normalised_by(normalise):
+    """Scaled and masked as it should be; the weights from ``normalise(scores)``."""
+    def candidate(q, k, v, mask=None):
+        scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        weights = normalise(scores)
+        return weights @ v, weights
+
+    return candidate
+
+
 def sdpa_context_only(q, k, v, mask=None):
     return sdpa_einsum(q, k, v, mask)[0]
 
@@ -398,9 +443,16 @@ SDPA = {
     "mask transposed": (sdpa_mask_transposed, "applied along the queries (transposed)"),
     "mask after softmax": (sdpa_mask_after_softmax, "applied after the softmax"),
     "finite fill": (sdpa_finite_fill, "a large finite number, not -inf"),
+    "zero fill": (lambda q, k, v, mask=None: attention(q, k, v, mask, fill=0.0),
+                  "Blocked scores are set to 0 instead of -inf"),
     "wrong axis": (sdpa_wrong_axis, "The softmax runs over the wrong axis"),
     "overflow": (sdpa_overflows, "exp overflows"),
     "nan row": (sdpa_nan_row, "NaN for a row with nothing to attend to"),
+    "global max": (sdpa_normalised_by(softmax_global_max),
+                   "one constant is subtracted from the whole array"),
+    "global max, zeros": (sdpa_normalised_by(softmax_global_max_zeros),
+                          "the whole array's maximum is subtracted from every slice"),
+    "mean": (sdpa_normalised_by(softmax_finite_mean), "shifted by its mean, not its maximum"),
     "context only": (sdpa_context_only, "Only the context is returned"),
     "swapped": (sdpa_swapped, "wrong order: (weights, context)"),
 }
@@ -438,6 +490,8 @@ SPLIT = {
     "interleaved": (split_interleaved, "the heads are interleaved"),
     "last two swapped": (split_last_two_swapped, "the last two axes are swapped"),
     "sizes confused": (split_sizes_confused, "num_heads and head_dim are confused"),
+    "list": (lambda x, num_heads: [split_loops(x, num_heads)[:, h] for h in range(num_heads)],
+             "A list of the H heads"),
 }
 
 
@@ -516,6 +570,12 @@ def padding_float(lengths=None, *, tokens=None, pad_id=None, max_len=None):
     return padding_loops(lengths, tokens=tokens, pad_id=pad_id, max_len=max_len) * 1.0
 
 
+def padding_pad_id_falsy(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+    if pad_id:  # 0 reads as "no pad_id": falls through to the lengths, which are None
+        return padding_loops(tokens=tokens, pad_id=pad_id)
+    return padding_loops(lengths, max_len=max_len)
+
+
 PADDING = {
     "inverted": (padding_inverted, "True marks the padding"),
     "flat": (padding_flat, "Shape (B, S)"),
@@ -523,6 +583,7 @@ PADDING = {
     "max_len ignored": (padding_ignores_max_len, "max_len is ignored"),
     "pad id 0": (padding_pad_zero, "recognised by the id 0"),
     "float": (padding_float, "not a boolean array"),
+    "pad id falsy": (padding_pad_id_falsy, "Fails for pad_id = 0"),
 }
 
 
@@ -540,11 +601,15 @@ def learner_mha(
     biases=True,
     transpose_weights=False,
     project_output=True,
+    plain_biases=False,
 ):
-    """A learner's multi-head attention with hooks: every keyword changes one step."""
+    """A learner's multi-head attention with hooks: every keyword changes one step
+    (``plain_biases``: x @ W + b even when b is None)."""
 
     def linear(x, w, b):
         w = w.T if transpose_weights else w
+        if plain_biases:
+            return x @ w + b
         return x @ w + b if biases and b is not None else x @ w
 
     q = split(linear(query, params.W_q, params.b_q), num_heads)
@@ -587,6 +652,20 @@ def mha_w_o_per_head(query, key, value, params, num_heads, mask=None):
     return (merged if params.b_o is None else merged + params.b_o), np.stack(weights, axis=1)
 
 
+def mha_without(bias):
+    """Every bias added but ``bias``."""
+    def candidate(query, key, value, params, num_heads, mask=None):
+        b = getattr(params, bias)
+        kept = dataclasses.replace(params, **{bias: None if b is None else 0 * b})
+        return learner_mha(query, key, value, kept, num_heads, mask)
+
+    return candidate
+
+
+def mha_keys_from_query(query, key, value, params, num_heads, mask=None):
+    return learner_mha(query, query, value, params, num_heads, mask)
+
+
 def mha_one_head(query, key, value, params, num_heads, mask=None):
     return learner_mha(query, key, value, params, 1, mask)
 
@@ -627,6 +706,20 @@ MHA = {
     "merge interleaved": (mha_variant(merge=merge_interleaved), "(Dh, H) instead of"),
     "one head": (mha_one_head, "num_heads is ignored"),
     "averaged weights": (mha_averaged_weights, "averaged over the heads"),
+    "summed weights": (lambda *a, **k: (lambda o, w: (o, w.sum(axis=1)))(*learner_mha(*a, **k)),
+                       "summed over the heads"),
+    "heads summed": (mha_variant(merge=merge_sum), "reach W_o without being concatenated"),
+    "no b_o": (mha_without("b_o"), "b_o is not added"),
+    "no b_v": (mha_without("b_v"), "b_v is not added"),
+    "no b_q": (mha_without("b_q"), "b_q is not added"),
+    "keys from query": (mha_keys_from_query, "The keys are projected from query"),
+    "crashes on None": (mha_variant(plain_biases=True), "Fails when the biases are None"),
+    "zero fill": (mha_variant(attend=lambda q, k, v, m: attention(q, k, v, m, fill=0.0)),
+                  "Blocked scores are set to 0 instead of -inf"),
+    "global max": (mha_variant(attend=sdpa_normalised_by(softmax_global_max_zeros)),
+                   "the whole array's maximum is subtracted from every slice"),
+    "mean": (mha_variant(attend=sdpa_normalised_by(softmax_mean)),
+             "shifted by its mean, not its maximum"),
     "no transpose": (mha_variant(attend=sdpa_no_transpose), "the scores look like q @ k in"),
     "sqrt(d_model)": (
         mha_variant(attend=lambda q, k, v, m: attention(q, k, v, m, scale=sqrt_d_model)),
@@ -663,6 +756,10 @@ KV_BYTES = {
     "no batch": (kv_bytes_variant(batch=False), "batch_size is ignored"),
     "2 bytes": (kv_bytes_variant(fixed_bytes=True), "bytes_per_value is ignored"),
     "bits": (kv_bytes_variant(bits=True), "Bits, not bytes"),
+    "w - 1": (kv_bytes_variant(window_rule=lambda n, w: min(n, w - 1)),
+              "a window of w keeps w - 1"),
+    "window always": (kv_bytes_variant(window_rule=lambda n, w: w),
+                      "The window replaces the context length"),
 }
 
 def rope_half_split(x, positions, base=10000.0):
@@ -696,6 +793,9 @@ SLOPES = {
     "even powers": (lambda n: slopes_written_out(n, odd=False), "the even powers"),
     "sorted": (lambda n: np.array(sorted(slopes_written_out(n), reverse=True)),
                "wrong order for a head count that is not a power of two"),
+    "list": (lambda n: slopes_written_out(n).tolist(), "is not a NumPy float64 array"),
+    "float32": (lambda n: slopes_written_out(n).astype(np.float32),
+                "smaller float type than mha's"),
 }
 
 MISTAKES = {
@@ -763,6 +863,32 @@ def test_positions_given_as_a_list_are_among_the_cases(capsys) -> None:
     verdict, out = run(capsys, "apply_rope", arrays_only)
     assert verdict is False
     assert "positions as a list [3, 1, 4]" in out and "raised AttributeError" in out
+
+
+def test_lengths_given_as_a_list_are_among_the_cases(capsys) -> None:
+    def arrays_only(lengths=None, *, tokens=None, pad_id=None, max_len=None):
+        if tokens is None:
+            lengths.max()  # a list has no max: this line raises for one
+        return padding_loops(lengths, tokens=tokens, pad_id=pad_id, max_len=max_len)
+
+    verdict, out = run(capsys, "padding_mask", arrays_only)
+    assert verdict is False
+    assert "lengths as a list [2, 4, 1]" in out and "raised AttributeError" in out
+
+
+def test_window_one_drawn_from_the_top_left_is_refused(capsys) -> None:
+    """np.eye(T, S) is the mask of a window of 1 only when S == T: the queries are the
+    last T of the S positions. Only the case with window 1 and more keys than queries
+    tells it apart (issue 32: without that case it passed)."""
+
+    def eye_for_window_one(size, window, num_keys=None):
+        if window == 1:
+            return np.eye(size, size if num_keys is None else num_keys, dtype=bool)
+        return window_loops(size, window, num_keys)
+
+    verdict, out = run(capsys, "sliding_window_mask", eye_for_window_one)
+    assert verdict is False
+    assert "(size=3, window=1, num_keys=5)" in out and "Aligned to the top left" in out
 
 
 def test_a_case_left_unimplemented_is_named(capsys) -> None:
@@ -854,7 +980,22 @@ def test_a_non_number_is_named(capsys, value: float, word: str) -> None:
 
     verdict, out = run(capsys, "scaled_dot_product_attention", spoiled)
     assert verdict is False
-    assert f"weights has {word} where a number was expected (at (2, 3))" in out
+    assert f"weights have {word} where a number was expected (at (2, 3))" in out
+
+
+def test_a_plural_output_is_named_in_the_plural(capsys) -> None:
+    verdict, out = run(capsys, "alibi_slopes", lambda n: mha.alibi_slopes(n) * 1.01)
+    assert verdict is False
+    assert "the slopes differ from mha's by up to" in out
+
+
+def test_a_list_of_heads_shows_in_the_shape(capsys) -> None:
+    """The first case has B != H, so the list of heads, read as (H, B, T, Dh), is named
+    by its shape and not by a difference of numbers."""
+    verdict, out = run(capsys, "split_heads", SPLIT["list"][0])
+    assert verdict is False
+    assert "case 1 of 5" in out
+    assert "the result has shape (3, 1, 4, 2), expected (1, 3, 4, 2)" in out
 
 
 def test_a_wrong_shape_is_named(capsys) -> None:

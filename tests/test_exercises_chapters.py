@@ -46,18 +46,29 @@ def pe_complex(max_len, d_model, dtype=np.float64):
     return np.stack([turns.imag, turns.real], axis=-1).reshape(max_len, d_model)
 
 
-def pe_variant(swap=False, per_column=False, halves=False, start=0, multiply=False):
+def pe_variant(swap=False, per_pair=False, halves=False, start=0, multiply=False,
+               dtype_out=np.float64):
     def candidate(max_len, d_model, dtype=np.float64):
         pos = np.arange(start, start + max_len)[:, None]
         j = np.arange(d_model // 2)
-        exponent = (j if per_column else 2 * j) / d_model
+        exponent = (j if per_pair else 2 * j) / d_model
         angles = pos * 10000**exponent if multiply else pos / 10000**exponent
         a, b = (np.cos(angles), np.sin(angles)) if swap else (np.sin(angles), np.cos(angles))
         if halves:
-            return np.hstack([a, b])
-        return np.stack([a, b], axis=-1).reshape(max_len, d_model)
+            return np.hstack([a, b]).astype(dtype_out)
+        return np.stack([a, b], axis=-1).reshape(max_len, d_model).astype(dtype_out)
 
     return candidate
+
+
+def pe_per_column(max_len, d_model, dtype=np.float64):
+    """Column j at pos / 10000^(j/D): the formula's 2i read as the column's index."""
+    table = np.zeros((max_len, d_model))
+    for pos in range(max_len):
+        for j in range(d_model):
+            angle = pos / 10000 ** (j / d_model)
+            table[pos, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return table
 
 
 def norm_loops(x, sublayer_out, gamma, beta, eps=1e-5):
@@ -118,6 +129,28 @@ def cross_loops(x, memory, params, num_heads, mask=None):
         contexts.append(w @ v[..., cols])
         weights.append(w)
     return linear(np.concatenate(contexts, -1), params.W_o, params.b_o), np.stack(weights, 1)
+
+
+def cross_scaled(divisor=None, use_mask=True, plain_biases=False):
+    """A learner's cross-attention, heads by hand; ``divisor(x, memory, head_dim)``
+    replaces sqrt(head_dim) (None: no scaling); ``plain_biases``: x @ W + b, always."""
+    def candidate(x, memory, params, num_heads, mask=None):
+        def linear(a, w, b):
+            return a @ w + b if plain_biases else (a @ w if b is None else a @ w + b)
+
+        head_dim = params.W_q.shape[1] // num_heads
+        q = mha.split_heads(linear(x, params.W_q, params.b_q), num_heads)
+        k = mha.split_heads(linear(memory, params.W_k, params.b_k), num_heads)
+        v = mha.split_heads(linear(memory, params.W_v, params.b_v), num_heads)
+        scores = np.einsum("bhtd,bhsd->bhts", q, k)
+        if divisor is not None:
+            scores = scores / divisor(x, memory, head_dim)
+        if use_mask and mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        weights = mha.softmax(scores)
+        return linear(mha.merge_heads(weights @ v), params.W_o, params.b_o), weights
+
+    return candidate
 
 
 def cross_variant(roles="cross", causal=False, no_w_o=False, v_with_w_k=False):
@@ -200,8 +233,10 @@ def entropy_variant(guard=True, sign=-1, log=np.log, axis=-1, mean=False, keepdi
 
 
 def loss_torch(logits, tgt_out, pad_id, label_smoothing=0.0):
+    """The training loop's loss, returned as a float as the exercise asks (a tensor is
+    refused: see the table of mistakes)."""
     return torch_sequence_loss(torch.from_numpy(logits), torch.from_numpy(tgt_out), pad_id,
-                               label_smoothing)
+                               label_smoothing).item()
 
 
 def loss_loops(logits, tgt_out, pad_id, label_smoothing=0.0):
@@ -221,22 +256,42 @@ def loss_loops(logits, tgt_out, pad_id, label_smoothing=0.0):
 
 
 def loss_variant(all_positions=False, divide_all=False, others=False, no_smoothing=False,
-                 naive=False, raw=False):
+                 naive=False, raw=False, total=False, per_sentence=False, pad=None,
+                 log10=False):
     def candidate(logits, tgt_out, pad_id, label_smoothing=0.0):
         eps = 0.0 if no_smoothing else label_smoothing
         if raw:
             logp = logits
         elif naive:
             logp = np.log(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+        elif log10:
+            logp = np.log10(mha.softmax(logits))
         else:
             logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
         nll = -np.take_along_axis(logp, tgt_out[..., None], -1)[..., 0]
         vocab = logp.shape[-1]
         spread = (-logp.sum(-1) - nll) / (vocab - 1) if others else -logp.mean(-1)
         per = (1 - eps) * nll + eps * spread
-        keep = np.ones(tgt_out.shape, bool) if all_positions else tgt_out != pad_id
+        keep = np.ones(tgt_out.shape, bool) if all_positions else tgt_out != (
+            pad_id if pad is None else pad)
+        if total:
+            return float((per * keep).sum())
+        if per_sentence:
+            return float(np.mean([per[b][keep[b]].mean() for b in range(len(per))]))
         denominator = tgt_out.size if divide_all else keep.sum()
         return (per * keep).sum() / denominator
+
+    return candidate
+
+
+def loss_shifted(shift):
+    """The log-softmax shifted by ``shift(logits)`` instead of each position's maximum."""
+    def candidate(logits, tgt_out, pad_id, label_smoothing=0.0):
+        z = logits - shift(logits)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        nll = -np.take_along_axis(logp, tgt_out[..., None], -1)[..., 0]
+        per = (1 - label_smoothing) * nll - label_smoothing * logp.mean(-1)
+        return float(per[tgt_out != pad_id].mean())
 
     return candidate
 
@@ -308,7 +363,7 @@ def decode_loops(q, k_cache, v_cache, k_new, v_new):
 
 def decode_variant(axis=2, prepend=False, forget_new=False, cache_unused=False, keep_old=False,
                    swap=False, unscaled=False, wrong_axis=False, context_only=False,
-                   naive=False):
+                   naive=False, top_left=False, shift=None):
     def candidate(q, k_cache, v_cache, k_new, v_new):
         if swap:
             k_new, v_new = v_new, k_new
@@ -324,8 +379,13 @@ def decode_variant(axis=2, prepend=False, forget_new=False, cache_unused=False, 
         scores = np.einsum("bhtd,bhsd->bhts", q, read_k) if axis == 2 else q @ np.swapaxes(
             read_k, -1, -2)
         scores = scores if unscaled else scores / np.sqrt(q.shape[-1])
+        if top_left:  # the causal mask of a square block, cut to the one query's row
+            scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
         if naive:
             weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+        elif shift is not None:  # by the whole array's maximum, or by each row's mean
+            top = scores.max() if shift == "global" else scores.mean(-1, keepdims=True)
+            weights = np.exp(scores - top) / np.exp(scores - top).sum(-1, keepdims=True)
         else:
             weights = mha.softmax(scores, axis=-2 if wrong_axis else -1)
         context = weights @ read_v
@@ -433,7 +493,11 @@ def test_correct_unusual_answers_pass(capsys, name: str, candidate: Callable) ->
 MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
     "sinusoidal_positional_encoding": {
         "swapped": (pe_variant(swap=True), "sin and cos are swapped"),
-        "per column": (pe_variant(per_column=True), "Each column gets its own frequency"),
+        "per column": (pe_per_column, "Each column gets its own frequency"),
+        "per pair": (pe_variant(per_pair=True), "the exponent counts the pairs"),
+        "float32": (pe_variant(dtype_out=np.float32), "smaller float type than mha's"),
+        "list": (lambda n, d, dtype=np.float64: pe_loops(n, d).tolist(),
+                 "is not a NumPy float64 array"),
         "halves": (pe_variant(halves=True), "All sines first"),
         "from 1": (pe_variant(start=1), "The positions start at 1"),
         "multiplied": (pe_variant(multiply=True), "multiplied by 10000^(2i/D)"),
@@ -454,12 +518,23 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
         "no W_o": (cross_variant(no_w_o=True), "W_o forgotten"),
         "W_k for values": (cross_variant(v_with_w_k=True), "projected with W_k"),
         "output only": (lambda *a, **k: cross_loops(*a, **k)[0], "Only the output"),
+        "no scaling": (cross_scaled(divisor=None), "No 1/sqrt(head_dim) scaling"),
+        "sqrt(D_mem)": (cross_scaled(lambda x, m, dh: math.sqrt(m.shape[-1])),
+                        "divided by sqrt(D_mem), the memory's width"),
+        "sqrt(D)": (cross_scaled(lambda x, m, dh: math.sqrt(x.shape[-1])),
+                    "divided by sqrt(D), the width of x"),
+        "mask ignored": (cross_scaled(lambda x, m, dh: math.sqrt(dh), use_mask=False),
+                         "The mask has no effect"),
+        "None biases": (cross_scaled(lambda x, m, dh: math.sqrt(dh), plain_biases=True),
+                        "Fails when the biases are None"),
     },
     "to_torch_attn_mask": {
         "not inverted": (torch_mask_variant(invert=False), "Not inverted"),
         "head-major": (torch_mask_variant(head_major=True), "head-major"),
         "not broadcast": (torch_mask_variant(broadcast=False), "is not copied to every head"),
         "additive": (torch_mask_variant(additive=True), "A float additive mask"),
+        "tensor": (lambda mask, num_heads=None: torch.from_numpy(
+            torch_mask_loops(mask, num_heads)), "is not a NumPy boolean array"),
     },
     "score_std": {
         "variance": (lambda d, q_std=1.0, k_std=1.0: d * (q_std * k_std) ** 2,
@@ -469,6 +544,14 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
                         "sqrt(Dh q_std k_std)"),
         "linear": (lambda d, q_std=1.0, k_std=1.0: d * q_std * k_std, "not like Dh"),
         "sum": (lambda d, q_std=1.0, k_std=1.0: d**0.5 * (q_std + k_std), "(q_std + k_std)"),
+        "0-d array": (lambda d, q_std=1.0, k_std=1.0: np.array(math.sqrt(d) * q_std * k_std),
+                      "is not a Python or NumPy float"),
+        "tensor": (lambda d, q_std=1.0, k_std=1.0: torch.tensor(math.sqrt(d) * q_std * k_std),
+                   "is not a Python or NumPy float"),
+        "isqrt": (lambda d, q_std=1.0, k_std=1.0: math.isqrt(d) * q_std * k_std,
+                  "rounded down to an integer"),
+        "int(sqrt)": (lambda d, q_std=1.0, k_std=1.0: int(math.sqrt(d)) * q_std * k_std,
+                      "rounded down to an integer"),
     },
     "attention_entropy": {
         "0 log 0": (entropy_variant(guard=False), "0 * -inf = NaN"),
@@ -477,6 +560,8 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
         "queries": (entropy_variant(axis=-2), "over the queries"),
         "mean": (entropy_variant(mean=True), "averaged over the keys"),
         "keepdims": (entropy_variant(keepdims=True), "the key axis was kept"),
+        **{f"log(w + {eps})": (lambda w, eps=eps: -(w * np.log(w + eps)).sum(-1),
+                               "added inside the logarithm") for eps in (1e-6, 1e-8, 1e-9)},
     },
     "sequence_loss": {
         "pads counted": (loss_variant(all_positions=True), "The padded positions are counted"),
@@ -485,6 +570,16 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
         "no smoothing": (loss_variant(no_smoothing=True), "label_smoothing is ignored"),
         "overflow": (loss_variant(naive=True), "exp overflows before the log"),
         "raw logits": (loss_variant(raw=True), "used as log-probabilities"),
+        "sum": (loss_variant(total=True), "The sum over the real positions"),
+        "per sentence": (loss_variant(per_sentence=True), "The mean of each sentence's mean"),
+        "pad 0": (loss_variant(pad=0), "recognised by the id 0"),
+        "log10": (loss_variant(log10=True), "Logarithms in base 10"),
+        "tensor": (lambda *a, **k: torch.tensor(loss_loops(*a, **k)), "is not a float"),
+        "0-d array": (lambda *a, **k: np.array(loss_loops(*a, **k)), "is not a float"),
+        "float32": (lambda *a, **k: np.float32(loss_loops(*a, **k)), "smaller float type than"),
+        "global max": (loss_shifted(lambda z: z.max()), "the whole batch's, is subtracted"),
+        "mean": (loss_shifted(lambda z: z.mean(axis=-1, keepdims=True)),
+                 "shifted by its mean, not its maximum"),
     },
     "target_mask": {
         "padding on queries": (target_variant(padding="queries"), "along the queries"),
@@ -523,6 +618,10 @@ MISTAKES: dict[str, dict[str, tuple[Callable, str]]] = {
         "overflow": (decode_variant(naive=True), "exp overflows"),
         "softmax axis": (decode_variant(wrong_axis=True), "over the single query"),
         "context only": (decode_variant(context_only=True), "Only the context is returned"),
+        "top-left mask": (decode_variant(top_left=True), "Only the first position is read"),
+        "global max": (decode_variant(shift="global"),
+                       "one constant is subtracted from the whole array"),
+        "mean": (decode_variant(shift="mean"), "shifted by its mean, not its maximum"),
     },
     "merge_tiles": {
         "no rescaling": (merge_variant(rescale="none"), "No rescaling"),

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._attention import _sdpa_cases, _sdpa_mistakes
-from ._core import _Exercise, _judge
+from ._core import _Exercise, _judge, _Returns
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
 from ._inference import (
     _bytes_cases,
@@ -63,6 +63,7 @@ from ._multi_head_attention import (
     _cross_mistakes,
     _mha_cases,
     _mha_mistakes,
+    _mha_raised,
 )
 from ._positions import (
     _rope_cases,
@@ -108,6 +109,13 @@ _SHAPE_HINT = (
     "comments in the chapter."
 )
 
+# The types the exercises' texts ask for ("Return a NumPy boolean array", "as a float").
+_NUMPY_FLOAT64 = _Returns(
+    (np.ndarray,),
+    "a NumPy float64 array",
+    "np.array(values, dtype=np.float64) turns a list (or a tensor) into one.",
+)
+
 _EXERCISES: dict[str, _Exercise] = {
     "causal_mask": _Exercise(
         _causal_cases,
@@ -150,6 +158,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "1 to 50 positions, D from 2 to 32",
         _sinusoid_mistakes(),
         "Write row 1 for D = 4 by hand: (sin 1, cos 1, sin 0.01, cos 0.01).",
+        returns=_NUMPY_FLOAT64,
         chapter="03_step_by_step",
     ),
     "add_and_norm": _Exercise(
@@ -186,6 +195,7 @@ _EXERCISES: dict[str, _Exercise] = {
         _mha_mistakes(),
         "Compare each intermediate with mha.multi_head_attention_steps on this input "
         "(q, q_heads, scores, ..., merged, output).",
+        raised=_mha_raised(),
         chapter="04_multi_head_attention",
     ),
     "cross_attention": _Exercise(
@@ -206,6 +216,12 @@ _EXERCISES: dict[str, _Exercise] = {
         _torch_mask_mistakes(),
         "Convert a (1, 2, 2, 3) mask by hand: which (T, S) slice is entry b*H + h?",
         exact=True,
+        returns=_Returns(
+            (np.ndarray,),
+            "a NumPy boolean array",
+            "Build the mask with NumPy from NumPy arrays; torch.from_numpy turns it into "
+            "the tensor nn.MultiheadAttention takes when it is needed.",
+        ),
         chapter="05_three_attentions",
     ),
     "score_std": _Exercise(
@@ -215,6 +231,12 @@ _EXERCISES: dict[str, _Exercise] = {
         _std_mistakes(),
         "Find the variance of one product q_i k_i, then of the sum of Dh of them.",
         reference=_score_std,
+        returns=_Returns(
+            (float, np.floating),
+            "a Python or NumPy float",
+            "float(x) turns a 0-d array or a one-element tensor into a Python float.",
+        ),
+        precise=False,  # "a Python or NumPy float": np.float32 too
         chapter="06_why_attention",
     ),
     "attention_entropy": _Exercise(
@@ -233,6 +255,12 @@ _EXERCISES: dict[str, _Exercise] = {
         _loss_mistakes(),
         "Compute the loss of one position by hand: -log softmax(logits)[target].",
         reference=_sequence_loss,
+        returns=_Returns(
+            (float, np.floating),
+            "a float",
+            "float(x) turns a NumPy scalar, a 0-d array or a one-element tensor into a "
+            "Python float.",
+        ),
         chapter="07_tiny_translator",
     ),
     "target_mask": _Exercise(
@@ -298,6 +326,7 @@ _EXERCISES: dict[str, _Exercise] = {
         "powers of two from 1 to 16 heads, and 3, 6 and 12 heads",
         _slopes_mistakes(),
         "Write the slopes for 8 heads by hand, then for 4, then fill in 6.",
+        returns=_NUMPY_FLOAT64,
         chapter="09_positions_and_tiles",
     ),
     "merge_tiles": _Exercise(
@@ -387,8 +416,10 @@ def check(name: str, candidate: Callable[..., Any]) -> Verdict:
     The candidate is called on fixed inputs (a fixed seed) covering the edge cases
     listed in the pass line. Its results are compared with ``mha``'s (float64:
     ``rtol=1e-6, atol=1e-9``; float32: ``rtol=1e-4, atol=1e-5``; masks: exactly, and
-    boolean). Any correct implementation passes: loops, einsum, another order of
-    operations.
+    boolean). A float result with fewer bits than ``mha``'s (float32 for float64) is
+    wrong, and where an exercise names the type of its result ("a NumPy boolean
+    array", "a float") the result must have that type. Any correct implementation
+    passes: loops, einsum, another order of operations.
 
     Prints one line for a pass; otherwise the first failing case (its input shapes,
     and the shape, NaN or largest deviation that is wrong, or the exception raised)

@@ -17,7 +17,18 @@ import numpy as np
 import mha
 
 from ._core import _Case, _label, _Mistake, _mixed_mask
-from ._softmax import _NAN_EMPTY_ROW, _OVERFLOW, _naive_softmax, _unguarded_softmax
+from ._softmax import (
+    _GLOBAL_MAX,
+    _GLOBAL_MAX_ZEROS,
+    _MEAN_SHIFT,
+    _NAN_EMPTY_ROW,
+    _OVERFLOW,
+    _global_max_softmax,
+    _global_max_zeros_softmax,
+    _mean_shift_softmax,
+    _naive_softmax,
+    _unguarded_softmax,
+)
 
 # --------------------------------------------------------------------------- mistake models
 # Each model is mha's computation with one step done the usual wrong way. The correct
@@ -173,6 +184,13 @@ def _attention_mistakes(
             "Revisit how a blocked key is made to get exactly zero weight from the softmax.",
         ),
         _Mistake(
+            attend(block=lambda s, m: np.where(m, s, 0.0)),
+            "Blocked scores are set to 0 instead of -inf: exp(0) = 1, so a blocked key "
+            "still gets as much weight as an allowed key whose score is 0.",
+            "A score of 0 is an ordinary score; which score does the softmax turn into "
+            "a weight of exactly 0?",
+        ),
+        _Mistake(
             attend(block=lambda s, m: s, after=lambda w, m: w * m),
             "The mask is applied after the softmax: blocked keys get 0, but the "
             "remaining weights of a row no longer sum to 1.",
@@ -195,6 +213,9 @@ def _attention_mistakes(
         ),
         _Mistake(attend(normalise=_naive_softmax), *_OVERFLOW),
         _Mistake(attend(normalise=_unguarded_softmax), *_NAN_EMPTY_ROW),
+        _Mistake(attend(normalise=_global_max_softmax), *_GLOBAL_MAX),
+        _Mistake(attend(normalise=_global_max_zeros_softmax), *_GLOBAL_MAX_ZEROS),
+        _Mistake(attend(normalise=_mean_shift_softmax), *_MEAN_SHIFT),
     ]
     if multi_head is not None:
         # `.T` of the 4-D heads raises on every input: nothing to tell it apart by.

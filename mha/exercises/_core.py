@@ -48,6 +48,16 @@ class _Mistake:
 
 
 @dataclass(frozen=True)
+class _Returns:
+    """The type an exercise's text asks the result to have ("Return a NumPy boolean
+    array", "as a float"): any other type is a mistake even when its numbers are right."""
+
+    types: tuple[type, ...]
+    words: str  # what the exercise asks for, e.g. "a NumPy boolean array"
+    hint: str
+
+
+@dataclass(frozen=True)
 class _Exercise:
     cases: Callable[[np.random.Generator], list[_Case]]
     outputs: tuple[str, ...]  # names of the returned arrays, in mha's order
@@ -61,6 +71,11 @@ class _Exercise:
     # mistakes that raise on every case, told by the error they raise: (fragments of
     # the message, any of which names it; the diagnosis). Judged after the models.
     raised: tuple[tuple[tuple[str, ...], _Mistake], ...] = ()
+    # the type the exercise's text asks for; None: any array-like of numbers
+    returns: _Returns | None = None
+    # a float result must be as precise as mha's (float32 for float64 is a mistake);
+    # False where the exercise allows any float ("a Python or NumPy float")
+    precise: bool = True
     # the chapter whose exercises this checker checks (``04_multi_head_attention``): a
     # checker is practised by its own chapter only (tests/test_workbook.py)
     chapter: str = field(kw_only=True)
@@ -75,6 +90,37 @@ class _Outcome:
     error: Exception | None = None
     problem: str | None = None
     changed: str | None = None
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def _plural(name: str) -> bool:
+    """Whether an output's name is plural ("weights", "the slopes"; not "the loss")."""
+    return name.endswith("s") and not name.endswith("ss")
+
+
+def _has(name: str) -> str:
+    return f"{name} {'have' if _plural(name) else 'has'}"
+
+
+def _differs(name: str) -> str:
+    return f"{name} {'differ' if _plural(name) else 'differs'}"
+
+
+# A result in a float type with fewer bits than mha's (float32 where mha's is float64).
+_LOWER_PRECISION = (
+    "The result comes back in a smaller float type than mha's (float32 instead of "
+    "float64, say): it keeps about 7 significant digits instead of 16.",
+    "Keep the input's dtype, or the one the exercise asks for: look for a "
+    "dtype=np.float32 or an .astype(...) that lowers it.",
+)
+
+
+def _lower_precision(got: np.ndarray, want: np.ndarray) -> bool:
+    """Whether ``got`` is a float with fewer bits than mha's float ``want``."""
+    return (got.dtype.kind == "f" and want.dtype.kind == "f"
+            and got.dtype.itemsize < want.dtype.itemsize)
 
 
 # --------------------------------------------------------------------------- case helpers
@@ -142,9 +188,13 @@ def _as_arrays(result: Any, count: int) -> tuple[tuple[np.ndarray, ...] | None, 
 
 
 def _run(
-    func: Callable[..., Any], case: _Case, count: int, signature: inspect.Signature
+    func: Callable[..., Any], case: _Case, count: int, signature: inspect.Signature,
+    returns: _Returns | None = None,
 ) -> _Outcome:
-    """Call ``func`` on copies of the case's arguments; never lets a warning escape."""
+    """Call ``func`` on copies of the case's arguments; never lets a warning escape.
+
+    A result of another type than ``returns`` asks for keeps its arrays (so that its
+    numbers can still be judged) and gets a ``problem`` naming its type."""
     args = [_copy(a) for a in case.args]
     kwargs = {name: _copy(a) for name, a in case.kwargs.items()}
     try:
@@ -157,12 +207,17 @@ def _run(
     after = signature.bind(*args, **kwargs).arguments
     changed = _first_changed(list(before), list(before.values()), list(after.values()))
     value, problem = _as_arrays(result, count)
+    if problem is None and returns is not None and not isinstance(result, returns.types):
+        problem = f"returned {type(result).__name__} where the exercise asks for {returns.words}"
     return _Outcome(value=value, problem=problem, changed=changed)
 
 
 def _agree(
-    got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...], exact: bool, loose: bool
+    got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...], exact: bool, loose: bool,
+    precise: bool = False,
 ) -> bool:
+    """Same shapes and values (masks: equal and boolean); ``precise``: and no float
+    of fewer bits than ``want``'s."""
     if len(got) != len(want):
         return False
     rtol, atol = _TOLERANCE[loose]
@@ -173,6 +228,8 @@ def _agree(
             if (g.dtype == np.bool_) != (w.dtype == np.bool_) or not np.array_equal(g, w):
                 return False
         elif not np.allclose(g.astype(np.float64), w, rtol=rtol, atol=atol, equal_nan=True):
+            return False
+        elif precise and _lower_precision(g, w):
             return False
     return True
 
@@ -207,15 +264,18 @@ def _difference(
         return f"returned {returned} where mha returns {expected}"
     for name, g, w in zip(ex.outputs, got, want, strict=True):
         if _agree((g,), (w,), ex.exact, case.loose):
+            if ex.precise and _lower_precision(g, w):
+                verb = "have" if _plural(name) else "has"
+                return f"{name} {verb} dtype {g.dtype} where mha's {verb} {w.dtype}"
             continue
         if g.shape != w.shape:
-            return f"{name} has shape {g.shape}, expected {w.shape}"
+            return f"{_has(name)} shape {g.shape}, expected {w.shape}"
         if ex.exact:
             if g.dtype != np.bool_:
-                return f"{name} has dtype {g.dtype}, expected a boolean mask"
+                return f"{_has(name)} dtype {g.dtype}, expected a boolean mask"
             wrong = g != w
             return (
-                f"{name} differs from mha's in {int(wrong.sum())} of {w.size} entries "
+                f"{_differs(name)} from mha's in {int(wrong.sum())} of {w.size} entries "
                 f"(first at index {_index(wrong)})"
             )
         g = g.astype(np.float64)
@@ -223,10 +283,10 @@ def _difference(
         if unexpected.any():
             value = g[tuple(np.argwhere(unexpected)[0])]
             word = "NaN" if np.isnan(value) else f"{value}"
-            return f"{name} has {word} where a number was expected (at {_index(unexpected)})"
+            return f"{_has(name)} {word} where a number was expected (at {_index(unexpected)})"
         deviation = np.where(np.isfinite(w), np.abs(g - w), 0.0)
         where = _index(deviation == deviation.max())
-        return f"{name} differs from mha's by up to {deviation.max():.2g} (at {where})"
+        return f"{_differs(name)} from mha's by up to {deviation.max():.2g} (at {where})"
     raise AssertionError("called with outputs that agree")  # pragma: no cover
 
 
@@ -248,7 +308,7 @@ def _judge(
     reference = exercise.reference or getattr(mha, name)
     signature = inspect.signature(reference)
     count = len(exercise.outputs)
-    run = partial(_run, count=count, signature=signature)
+    run = partial(_run, count=count, signature=signature, returns=exercise.returns)
 
     first = run(candidate, cases[0])
     if isinstance(first.error, NotImplementedError):
@@ -263,8 +323,9 @@ def _judge(
         i
         for i, (g, w, case) in enumerate(zip(got, want, cases, strict=True))
         if g.value is None
+        or g.problem is not None
         or g.changed is not None
-        or not _agree(g.value, w.value, exercise.exact, case.loose)
+        or not _agree(g.value, w.value, exercise.exact, case.loose, exercise.precise)
     ]
     if not failing:
         _say(f"{name}: correct on {len(cases)} cases ({exercise.covers}).")
@@ -304,6 +365,8 @@ def _judge(
                 for m, outs in zip(exercise.mistakes, models, strict=True)
                 if outs[i].value is not None
                 and _agree(g.value, outs[i].value, exercise.exact, case.loose)
+                # a model right on this case does not explain a failure here (a dtype)
+                and not _agree(outs[i].value, w.value, exercise.exact, case.loose)
             ),
             None,
         )
@@ -312,6 +375,14 @@ def _judge(
         matched = next(
             (m for fragments, m in exercise.raised if any(f in text for f in fragments)), None
         )
+    if matched is None and g.value is not None and g.problem is not None:
+        returns = exercise.returns  # a type the exercise does not ask for
+        assert returns is not None
+        matched = _Mistake(candidate, f"The result is not {returns.words}, which the "
+                           "exercise asks for and a caller may rely on.", returns.hint)
+    elif matched is None and g.value is not None and g.error is None:
+        if _agree(g.value, w.value, exercise.exact, case.loose):  # only the dtype is wrong
+            matched = _Mistake(candidate, *_LOWER_PRECISION)
     if matched is None:
         _say(f"{where}: {failure}.", f"Hint: {exercise.generic_hint}")
     else:

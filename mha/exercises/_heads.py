@@ -41,6 +41,11 @@ def _split_sizes_confused(x: np.ndarray, num_heads: int) -> np.ndarray:
     return x.transpose(0, 2, 1, 3)  # (B, Dh, T, H)
 
 
+def _split_list(x: np.ndarray, num_heads: int) -> list[np.ndarray]:
+    head_dim = x.shape[-1] // num_heads
+    return [x[..., h * head_dim:(h + 1) * head_dim] for h in range(num_heads)]  # H x (B, T, Dh)
+
+
 def _merge_reshape_only(x: np.ndarray) -> np.ndarray:
     batch, heads, length, head_dim = x.shape
     return x.reshape(batch, length, heads * head_dim)  # head axis never moved
@@ -99,6 +104,13 @@ def _split_mistakes() -> tuple[_Mistake, ...]:
             "Each head holds one Dh-wide row per token: (T, Dh), as q, k and v have.",
         ),
         _Mistake(
+            _split_list,
+            "A list of the H heads, one (B, T, Dh) array each: NumPy reads it as one "
+            "array (H, B, T, Dh), heads first; mha returns one array (B, H, T, Dh).",
+            "np.stack(heads, axis=1) would put the head axis after the batch; a "
+            "reshape and a transpose give it without a loop.",
+        ),
+        _Mistake(
             _split_sizes_confused,
             "num_heads and head_dim are confused: the features are cut into groups of "
             "num_heads, giving shape (B, Dh, T, H).",
@@ -147,7 +159,8 @@ def _merge_mistakes() -> tuple[_Mistake, ...]:
 
 
 def _split_cases(rng: np.random.Generator) -> list[_Case]:
-    shapes = [((2, 3, 8), 2), ((1, 4, 6), 3), ((3, 5, 12), 4), ((2, 3, 6), 1), ((2, 4, 6), 6)]
+    # the first case has B != H: a list of the heads, read as (H, B, T, Dh), shows in the shape
+    shapes = [((1, 4, 6), 3), ((2, 3, 8), 2), ((3, 5, 12), 4), ((2, 3, 6), 1), ((2, 4, 6), 6)]
     return [
         _Case(_label(f"num_heads={h}", x=x), (x, h))
         for x, h in ((rng.normal(size=shape), h) for shape, h in shapes)

@@ -10,6 +10,14 @@ import numpy as np
 import mha
 
 from ._core import _Case, _Mistake
+from ._softmax import (
+    _GLOBAL_MAX,
+    _GLOBAL_MAX_ZEROS,
+    _MEAN_SHIFT,
+    _global_max_softmax,
+    _global_max_zeros_softmax,
+    _mean_shift_softmax,
+)
 
 # --------------------------------------------------------------------------- mistake models
 
@@ -41,15 +49,17 @@ def _square(size: int, window: int, num_keys: int | None = None) -> np.ndarray:
 
 def _bytes_model(
     factor: float = 1.0, *, use_window: str = "min", use_batch: bool = True,
-    use_bytes: bool = True,
+    use_bytes: bool = True, window_shift: int = 0,
 ) -> Callable[..., Any]:
     def model(num_layers: int, num_kv_heads: int, head_dim: int, context_length: int, *,
               batch_size: int = 1, bytes_per_value: int = 2, window: int | None = None) -> Any:
         positions = context_length
         if window is not None and use_window == "min":
-            positions = min(context_length, window)
+            positions = min(context_length, window + window_shift)
         elif window is not None and use_window == "max":
             positions = max(context_length, window)
+        elif window is not None and use_window == "always":
+            positions = window
         size = 2 * num_layers * num_kv_heads * head_dim * positions
         size *= batch_size if use_batch else 1
         size *= bytes_per_value if use_bytes else 2
@@ -119,6 +129,19 @@ def _bytes_mistakes() -> tuple[_Mistake, ...]:
         _Mistake(
             _bytes_model(use_window="max"),
             "max instead of min: the window makes a short context longer.",
+            "A window bounds the cache; a context shorter than it is stored whole.",
+        ),
+        _Mistake(
+            _bytes_model(window_shift=-1),
+            "Off by one: a window of w keeps w - 1 earlier positions here; the "
+            "rolling cache keeps w positions, the newest included.",
+            "With a window of w, how many keys does the last query attend to, itself "
+            "included? The cache holds each of them.",
+        ),
+        _Mistake(
+            _bytes_model(use_window="always"),
+            "The window replaces the context length: a context shorter than the window "
+            "is counted as window positions, though the cache holds only the ones seen.",
             "A window bounds the cache; a context shorter than it is stored whole.",
         ),
         _Mistake(
@@ -276,6 +299,7 @@ def _decode_model(
     *, axis: int = -2, prepend: bool = False, naive: bool = False, attend_new: bool = True,
     attend_cache: bool = True, update: bool = True, scale: bool = True,
     softmax_axis: int = -1, swap_kv: bool = False, context_only: bool = False,
+    top_left: bool = False, normalise: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Callable[..., Any]:
     def model(q: Any, k_cache: Any, v_cache: Any, k_new: Any, v_new: Any) -> Any:
         if swap_kv:
@@ -290,9 +314,14 @@ def _decode_model(
         scores = q @ np.swapaxes(read_k, -1, -2)  # (B, H, 1, S')
         if scale:
             scores = scores / np.sqrt(q.shape[-1])
+        if top_left:  # np.tril(ones((1, S + 1))): the one query sees key 0 only
+            first = np.tril(np.ones(scores.shape[-2:], dtype=bool))  # (1, S + 1)
+            scores = np.where(first, scores, -np.inf)
         if naive:  # exp without the shift by the maximum
             exp = np.exp(scores)
             weights = exp / exp.sum(axis=softmax_axis, keepdims=True)
+        elif normalise is not None:  # a softmax shifted another way
+            weights = normalise(scores)
         else:
             weights = mha.softmax(scores, axis=softmax_axis)
         context = weights @ read_v  # (B, H, 1, Dh)
@@ -360,12 +389,24 @@ def _decode_mistakes() -> tuple[_Mistake, ...]:
             "Subtracting each row's maximum score before exp leaves the softmax "
             "unchanged and keeps exp in range.",
         ),
+        _Mistake(_decode_model(normalise=_global_max_softmax), *_GLOBAL_MAX),
+        _Mistake(_decode_model(normalise=_global_max_zeros_softmax), *_GLOBAL_MAX_ZEROS),
+        _Mistake(_decode_model(normalise=_mean_shift_softmax), *_MEAN_SHIFT),
         _Mistake(
             _decode_model(softmax_axis=-2),
             "The softmax runs over the single query (axis -2): every weight is 1, so "
             "the context is the sum of the values, not their average.",
             "The weights of one query are spread over the keys: which axis of "
             "(B, H, 1, S + 1) counts them?",
+        ),
+        _Mistake(
+            _decode_model(top_left=True),
+            "Only the first position is read: a causal mask aligned to the top left, "
+            "np.tril of a (1, S + 1) array, lets the one query see key 0 alone; the "
+            "new query is the last position, S.",
+            "No mask is needed: the new query comes after every cached position. A "
+            "causal mask for it is aligned to the bottom right, as "
+            "mha.causal_mask(1, num_keys=S + 1).",
         ),
         _Mistake(
             _decode_model(context_only=True),
@@ -405,6 +446,11 @@ def _decode_cases(rng: np.random.Generator) -> list[_Case]:
 
         q, k_cache, v_cache = normal(1, scale), normal(cached), normal(cached)
         k_new, v_new = normal(1), normal(1)
+        if scale > 1:  # head 0's scores all near 2000 / sqrt(Dh), close together: only
+            # an unshifted exp overflows there (a shift by the mean or the maximum does not)
+            aligned = q[:, 0] * 2000 / (q[:, 0] ** 2).sum(axis=-1, keepdims=True)  # q.k = 2000
+            k_cache[:, 0] = aligned + normal(cached)[:, 0] / 1000
+            k_new[:, 0] = aligned
         label = ", ".join(filter(None, [f"q {q.shape}, caches {k_cache.shape}", tag]))
         return _Case(label, (q, k_cache, v_cache, k_new, v_new), loose=dtype == np.float32)
 

@@ -60,6 +60,12 @@ def _tokens_pad_zero(tokens: np.ndarray, pad_id: int) -> np.ndarray:
     return (tokens != 0)[:, None, None, :]
 
 
+def _tokens_pad_falsy(tokens: np.ndarray, pad_id: int) -> np.ndarray:
+    if not pad_id:  # `if pad_id:` takes the padding id 0 for a missing one
+        raise ValueError("pad_id must be given with tokens")
+    return mha.padding_mask(tokens=tokens, pad_id=pad_id)
+
+
 # --------------------------------------------------------------------------- diagnoses
 
 _BOOL_MASK = (
@@ -130,6 +136,13 @@ def _padding_mistakes() -> tuple[_Mistake, ...]:
             _padding_changed(tokens_mode=_tokens_pad_zero),
             "Padding is recognised by the id 0, whatever pad_id says.",
             "The padding id is an argument: compare the tokens with it.",
+        ),
+        _Mistake(
+            _padding_changed(tokens_mode=_tokens_pad_falsy),
+            "Fails for pad_id = 0: a test such as `if pad_id:` (or `pad_id or ...`) "
+            "takes the id 0 for a missing pad_id, though 0 is the usual padding id.",
+            "Ask whether an argument was given with `is None`: 0 is a value like any "
+            "other.",
         ),
         _Mistake(_padding_transformed(lambda m: m.astype(np.float64)), *_BOOL_MASK),
     )

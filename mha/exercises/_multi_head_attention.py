@@ -9,6 +9,7 @@ the heads from :mod:`._heads`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 
 import mha
 
-from ._attention import _attend, _attention_mistakes, _attention_output_mistakes
+from ._attention import _attend, _attention_mistakes, _attention_output_mistakes, _scaled_by
 from ._core import _Case, _label, _Mistake, _mixed_mask
 from ._heads import (
     _HEAD_BLOCK_HINT,
@@ -58,6 +59,7 @@ def _multi_head(
     merge: Callable[[np.ndarray], np.ndarray] = _merge,
     project_output: bool = True,
     average_weights: bool = False,
+    sum_weights: bool = False,
     output_per_head: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Multi-head attention with each step replaceable; defaults are correct."""
@@ -77,7 +79,9 @@ def _multi_head(
         return output, weights
     merged = merge(context)  # (B, H, T, Dh) -> (B, T, D)
     output = _linear(merged, params.W_o, params.b_o) if project_output else merged
-    return output, weights.mean(axis=1) if average_weights else weights
+    if average_weights or sum_weights:  # (B, H, T, S) -> (B, T, S)
+        weights = weights.mean(axis=1) if average_weights else weights.sum(axis=1)
+    return output, weights
 
 
 def _with_params(change: Callable[[mha.AttentionParams], dict[str, Any]]) -> Callable:
@@ -90,6 +94,44 @@ def _with_params(change: Callable[[mha.AttentionParams], dict[str, Any]]) -> Cal
         return _multi_head(query, key, value, changed, num_heads, mask)
 
     return model
+
+
+def _keys_from_query(
+    query: Any, key: Any, value: Any, params: Any, num_heads: int, mask: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    return _multi_head(query, query, value, params, num_heads, mask)  # key never read
+
+
+_NONE_BIASES = ("b_q", "b_k", "b_v", "b_o")
+
+
+def _fails_on_none(model: Callable[..., Any]) -> Callable[..., Any]:
+    """``model``, except that it raises as ``x @ W + None`` does when a bias is None."""
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        params = next(a for a in args if isinstance(a, mha.AttentionParams))
+        if any(getattr(params, name) is None for name in _NONE_BIASES):
+            raise TypeError("unsupported operand type(s) for +: 'float' and 'NoneType'")
+        return model(*args, **kwargs)
+
+    return fails
+
+
+_NONE_BIAS_MISTAKE = (
+    "Fails when the biases are None: x @ W + None raises, and the exercise allows "
+    "biases of None (they add nothing).",
+    "Add a bias only when there is one: x @ W when b is None, x @ W + b otherwise.",
+)
+
+
+def _without(bias: str) -> Callable[[mha.AttentionParams], dict[str, Any]]:
+    """One bias left out (a zero bias: AttentionParams has all four biases or none)."""
+
+    def change(params: mha.AttentionParams) -> dict[str, Any]:
+        b = getattr(params, bias)
+        return {bias: None if b is None else np.zeros_like(b)}
+
+    return change
 
 
 def _one_head(
@@ -122,6 +164,22 @@ def _mha_mistakes() -> tuple[_Mistake, ...]:
             "Each projection is a linear layer, x @ W + b.",
         ),
         _Mistake(
+            _with_params(_without("b_o")),
+            "b_o is not added: the output projection is merged @ W_o without its bias.",
+            "The output projection is a linear layer too, merged @ W_o + b_o.",
+        ),
+        _Mistake(
+            _with_params(_without("b_v")),
+            "b_v is not added: the values are value @ W_v without their bias.",
+            "Each of the three input projections is a linear layer, x @ W + b.",
+        ),
+        _Mistake(
+            _with_params(_without("b_q")),
+            "b_q is not added: the queries are query @ W_q without their bias.",
+            "Each of the three input projections is a linear layer, x @ W + b.",
+        ),
+        _Mistake(_fails_on_none(_multi_head), *_NONE_BIAS_MISTAKE),
+        _Mistake(
             _with_params(lambda p: {n: getattr(p, n).T for n in ("W_q", "W_k", "W_v", "W_o")}),
             "The weight matrices are used transposed (x @ W.T, PyTorch's layout).",
             "Revisit AttentionParams' convention: W has shape (D_in, D_out) and a layer "
@@ -131,6 +189,14 @@ def _mha_mistakes() -> tuple[_Mistake, ...]:
             _with_params(lambda p: {"W_k": p.W_q, "b_k": p.b_q, "W_v": p.W_q, "b_v": p.b_q}),
             "Keys and values are projected with W_q (and b_q) too.",
             "Queries, keys and values each have their own projection.",
+        ),
+        _Mistake(
+            _keys_from_query,
+            "The keys are projected from query instead of key: right in self-attention, "
+            "where the two are the same array, but with another key the scores are "
+            "(T, T) and do not fit the S values.",
+            "Each of the three inputs has its own role: queries from query, keys from "
+            "key, values from value.",
         ),
         _Mistake(
             partial(_multi_head, split=_split_reshape_only),
@@ -167,8 +233,37 @@ def _mha_mistakes() -> tuple[_Mistake, ...]:
             "weights, (B, H, T, S).",
             "The weights of each head are part of the result (a chapter draws them).",
         ),
+        _Mistake(
+            partial(_multi_head, sum_weights=True),
+            "The weights are summed over the heads, (B, T, S), so each row sums to H; "
+            "mha returns every head's weights, (B, H, T, S).",
+            "The weights of each head are part of the result (a chapter draws them).",
+        ),
         *_attention_mistakes(multi_head=_multi_head),
         *_attention_output_mistakes(("output", "weights"), _multi_head),
+    )
+
+
+# The heads summed (or averaged, or left on an axis of their own) reach W_o with Dh
+# features where it takes D: the product raises on every case, so only its error tells
+# it apart. Every case has d_model = 12 (see _mha_case): the messages of NumPy's @ and
+# np.dot for a (..., Dh) array times the (12, 12) W_o.
+_NOT_CONCATENATED_ERRORS = ("(size 12 is different from", "!= 12 (dim 0)")
+
+
+def _mha_raised() -> tuple[tuple[tuple[str, ...], _Mistake], ...]:
+    return (
+        (
+            _NOT_CONCATENATED_ERRORS,
+            _Mistake(
+                partial(_multi_head, merge=lambda x: x.sum(axis=1)),
+                "The heads reach W_o without being concatenated: merged @ W_o needs "
+                "D = H * Dh features per token and gets Dh (the heads summed or "
+                "averaged, or left on an axis of their own).",
+                "Concat(head_1, ..., head_H) puts the heads side by side: H * Dh = D "
+                "features per token, what W_o takes.",
+            ),
+        ),
     )
 
 
@@ -205,7 +300,7 @@ def _mha_case(
     biases: bool = True,
 ) -> _Case:
     batch, target_len, source_len = sizes
-    d_model = 12
+    d_model = 12  # _NOT_CONCATENATED_ERRORS looks for this width in NumPy's messages
     query = (rng.normal(size=(batch, target_len, d_model)) * scale).astype(dtype)
     if source_len:
         key = (rng.normal(size=(batch, source_len, d_model)) * scale).astype(dtype)
@@ -251,6 +346,8 @@ def _cross_model(**change: Any) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
     roles = change.pop("roles", "cross")
     causal = change.pop("causal", False)
     values_with_w_k = change.pop("values_with_w_k", False)
+    scale = change.pop("scale", "head_dim")  # or "none", "memory" (sqrt(D_mem)), "model"
+    use_mask = change.pop("use_mask", True)
 
     def model(x: Any, memory: Any, params: Any, num_heads: int, mask: Any = None) -> Any:
         query, source = (memory, x) if roles == "swapped" else (x, memory)
@@ -261,7 +358,14 @@ def _cross_model(**change: Any) -> Callable[..., tuple[np.ndarray, np.ndarray]]:
             mask = top_left if mask is None else mask & top_left
         if values_with_w_k:
             params = dataclasses.replace(params, W_v=params.W_k, b_v=params.b_k)
-        return _multi_head(query, source, source, params, num_heads, mask, **change)
+        steps = dict(change)
+        if scale == "none":
+            steps["attend"] = partial(_attend, scale=lambda s, q, k, v: s)
+        elif scale in ("memory", "model"):  # sqrt(D_mem) or sqrt(D)
+            width = math.sqrt(np.shape(memory if scale == "memory" else x)[-1])
+            steps["attend"] = partial(_attend, scale=_scaled_by(lambda q, k, v: width))
+        return _multi_head(query, source, source, params, num_heads,
+                           mask if use_mask else None, **steps)
 
     return model
 
@@ -299,6 +403,34 @@ def _cross_mistakes() -> tuple[_Mistake, ...]:
             "memory but not the projection.",
             "Queries, keys and values each have their own projection.",
         ),
+        _Mistake(
+            _cross_model(scale="none"),
+            "No 1/sqrt(head_dim) scaling: the scores are not divided by sqrt(head_dim) "
+            "in each head.",
+            "Cross-attention is scaled dot-product attention too: "
+            "softmax(q k^T / sqrt(Dh)) v in every head.",
+        ),
+        _Mistake(
+            _cross_model(scale="memory"),
+            "The scores are divided by sqrt(D_mem), the memory's width, instead of "
+            "sqrt(head_dim): after the projections every key is Dh wide in each head.",
+            "The scale comes from the length of the vectors in one dot product: a "
+            "query and a key of one head, Dh numbers each.",
+        ),
+        _Mistake(
+            _cross_model(scale="model"),
+            "The scores are divided by sqrt(D), the width of x, instead of "
+            "sqrt(head_dim), the width of one head's queries and keys.",
+            "The scale comes from the length of the vectors in one dot product: a "
+            "query and a key of one head, Dh numbers each.",
+        ),
+        _Mistake(
+            _cross_model(use_mask=False),
+            "The mask has no effect: the source's padding still gets weight.",
+            "Pass the mask on to the attention of every head: blocked keys must get "
+            "exactly zero weight.",
+        ),
+        _Mistake(_fails_on_none(_cross_attention), *_NONE_BIAS_MISTAKE),
         *_attention_output_mistakes(("output", "weights"), _cross_attention),
     )
 

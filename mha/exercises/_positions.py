@@ -72,20 +72,23 @@ def _slopes_reversed(num_heads: int) -> np.ndarray:
     return mha.alibi_slopes(num_heads)[::-1].copy()
 
 
-def _sinusoid(*, swap: bool = False, per_dimension: bool = False, halves: bool = False,
-              start: int = 0, multiply: bool = False) -> Callable[..., np.ndarray]:
+def _sinusoid(*, swap: bool = False, per_pair: bool = False, per_column: bool = False,
+              halves: bool = False, start: int = 0,
+              multiply: bool = False) -> Callable[..., np.ndarray]:
     """The sinusoidal table with one thing changed."""
 
     def model(max_len: int, d_model: int, dtype: Any = np.float64) -> np.ndarray:
         pos = np.arange(start, start + max_len)[:, None]  # (L, 1)
         i = np.arange(d_model // 2)
-        exponent = (i if per_dimension else 2 * i) / d_model
+        exponent = (i if per_pair else 2 * i) / d_model  # (D/2,): one per pair
         angles = pos * 10000.0**exponent if multiply else pos / 10000.0**exponent
         first, second = (np.cos, np.sin) if swap else (np.sin, np.cos)
         if halves:
             return np.concatenate([first(angles), second(angles)], axis=-1)
         table = np.empty((max_len, d_model))
         table[:, 0::2], table[:, 1::2] = first(angles), second(angles)
+        if per_column:  # column j at 10000^(-j/D): the cosine of pair i at (2i + 1)/D
+            table[:, 1::2] = second(pos / 10000.0 ** ((2 * i + 1) / d_model))
         return table
 
     return model
@@ -102,10 +105,19 @@ def _sinusoid_mistakes() -> tuple[_Mistake, ...]:
             "Row 0 (position 0) is (sin 0, cos 0, sin 0, ...) = (0, 1, 0, 1, ...).",
         ),
         _Mistake(
-            _sinusoid(per_dimension=True),
-            "Each column gets its own frequency, 10000^(-j/D) for column j: the two "
-            "columns of a pair (2i, 2i + 1) must share 10000^(-2i/D).",
+            _sinusoid(per_column=True),
+            "Each column gets its own frequency, 10000^(-j/D) for column j: the "
+            "cosine in column 2i + 1 must share its pair's 10000^(-2i/D) with the "
+            "sine in column 2i.",
             "A sine and a cosine of the same angle make one pair: a rotation.",
+        ),
+        _Mistake(
+            _sinusoid(per_pair=True),
+            "Pair i turns at 10000^(-i/D) instead of 10000^(-2i/D): the exponent "
+            "counts the pairs where the formula counts the columns, 2i, so the "
+            "frequencies fall half as fast.",
+            "In the formula, 2i is the column of pair i's sine: for D = 4, pair 1 "
+            "turns at 10000^(-2/4) = 0.01.",
         ),
         _Mistake(
             _sinusoid(halves=True),
@@ -193,8 +205,8 @@ def _slopes_mistakes() -> tuple[_Mistake, ...]:
         _Mistake(
             _slopes_sorted,
             "Right slopes, wrong order for a head count that is not a power of two: "
-            "they are sorted from steepest to gentlest, but the paper puts the n slopes "
-            "of the power of two first, then the filled-in ones.",
+            "they are sorted from steepest to gentlest, but the paper puts the p slopes "
+            "of the largest power of two p below n first, then the filled-in ones.",
             "For 6 heads: first the 4 slopes of 4 heads, in their order, then the 2 new "
             "ones.",
         ),

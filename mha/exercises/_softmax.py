@@ -34,6 +34,21 @@ def _global_max_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return exp / np.sum(exp, axis=axis, keepdims=True)
 
 
+def _global_max_zeros_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    # One shift for the whole array, and 0/0 turned into 0: a row far below another
+    # underflows to zeros instead of NaN.
+    exp = np.exp(x - np.max(x))
+    total = np.sum(exp, axis=axis, keepdims=True)
+    return np.divide(exp, total, out=np.zeros_like(exp), where=total != 0)
+
+
+def _mean_shift_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    # Shifted by each slice's mean: exp(2000 - 667) is still inf in [2000, 0, 1], and a
+    # slice holding -inf has the mean -inf.
+    exp = np.exp(x - np.mean(x, axis=axis, keepdims=True))
+    return exp / np.sum(exp, axis=axis, keepdims=True)
+
+
 def _whole_array_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return mha.softmax(np.reshape(x, -1)).reshape(np.shape(x))
 
@@ -56,6 +71,25 @@ _OVERFLOW = (
     "Revisit why subtracting a constant from every score of a row leaves the row's "
     "softmax unchanged, and which constant keeps exp in range.",
 )
+_GLOBAL_MAX = (
+    "NaN for a row whose scores are far below another row's (such as -1000 next "
+    "to 1000): one constant is subtracted from the whole array.",
+    "Which maximum keeps every slice's exp in range: the whole array's, or each "
+    "slice's own?",
+)
+_GLOBAL_MAX_ZEROS = (
+    "Zeros for a row whose scores are far below another row's (such as -1000 "
+    "next to 1000): the whole array's maximum is subtracted from every slice, "
+    "so exp underflows to 0 in that row.",
+    _GLOBAL_MAX[1],
+)
+_MEAN_SHIFT = (
+    "NaN for a row whose scores lie far apart (such as 2000, 0 and 1) or hold "
+    "-inf: each slice is shifted by its mean, not its maximum, so exp(x - mean) "
+    "still overflows for the largest score.",
+    "Subtracting any constant leaves the softmax unchanged, but only the "
+    "slice's maximum makes every exp at most 1.",
+)
 _NAN_EMPTY_ROW = (
     "NaN for a row with nothing to attend to (all -inf); mha gives such a row zero "
     "weights (and zero context).",
@@ -72,13 +106,9 @@ def _softmax_mistakes() -> tuple[_Mistake, ...]:
     )
     return (
         _Mistake(_naive_softmax, *_OVERFLOW),
-        _Mistake(
-            _global_max_softmax,
-            "NaN for a row whose scores are far below another row's (such as -1000 next "
-            "to 1000): one constant is subtracted from the whole array.",
-            "Which maximum keeps every slice's exp in range: the whole array's, or each "
-            "slice's own?",
-        ),
+        _Mistake(_global_max_softmax, *_GLOBAL_MAX),
+        _Mistake(_global_max_zeros_softmax, *_GLOBAL_MAX_ZEROS),
+        _Mistake(_mean_shift_softmax, *_MEAN_SHIFT),
         _Mistake(_unguarded_softmax, *_NAN_EMPTY_ROW),
         _Mistake(
             lambda x, axis=-1: mha.softmax(x),
@@ -113,8 +143,9 @@ def _softmax_cases(rng: np.random.Generator) -> list[_Case]:
     some_inf[0, 1] = some_inf[2, [0, 3]] = -np.inf
     empty_row = rng.normal(size=(3, 4))
     empty_row[1] = -np.inf
-    large = np.array(
-        [[1000.0, 999.0, 997.5, 990.0], [-1000.0, -998.0, -1001.0, -1003.0], [0.5, 1.0, -2.0, 3]]
+    large = np.array(  # the last row: exp(x - its mean) overflows
+        [[1000.0, 999.0, 997.5, 990.0], [-1000.0, -998.0, -1001.0, -1003.0], [0.5, 1.0, -2.0, 3],
+         [2000.0, 0.0, 1.0, 3.0]]
     )
     batched = rng.normal(size=(2, 3, 5)) * 2
     return [

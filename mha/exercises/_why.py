@@ -43,6 +43,12 @@ def _std_mistakes() -> tuple[_Mistake, ...]:
             "Each product q_i k_i has variance q_std^2 k_std^2.",
         ),
         _Mistake(
+            _std_model(lambda d, a, b: math.isqrt(d) * a * b),
+            "sqrt(Dh) is rounded down to an integer (math.isqrt, int(...) or //): "
+            "right only when Dh is a perfect square, such as 64.",
+            "The square root of 128 is 11.31..., not 11: keep it a float.",
+        ),
+        _Mistake(
             _std_model(lambda d, a, b: math.sqrt(d * a * b)),
             "sqrt(Dh q_std k_std): the standard deviations are multiplied like "
             "variances, under the square root.",
@@ -64,7 +70,7 @@ def _std_mistakes() -> tuple[_Mistake, ...]:
 
 def _std_cases(rng: np.random.Generator) -> list[_Case]:
     return [
-        _Case("head_dim=64", (64,)),
+        _Case("head_dim=128", (128,)),  # not a perfect square: sqrt(128) is no integer
         _Case("head_dim=1024", (1024,)),
         _Case("head_dim=64, q_std=0.5, k_std=0.5", (64,), {"q_std": 0.5, "k_std": 0.5}),
         _Case("head_dim=16, q_std=2, k_std=0.25", (16,), {"q_std": 2.0, "k_std": 0.25}),
@@ -76,9 +82,12 @@ def _std_cases(rng: np.random.Generator) -> list[_Case]:
 
 
 def _entropy(weights: Any, *, axis: int = -1, log: Callable = np.log, sign: float = -1.0,
-             reduce: str = "sum", keepdims: bool = False, guard: bool = True) -> np.ndarray:
+             reduce: str = "sum", keepdims: bool = False, guard: bool = True,
+             eps: float = 0.0) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
-    if guard:
+    if eps:  # log(w + eps): no NaN for w = 0, but every positive weight is shifted
+        terms = w * log(w + eps)
+    elif guard:
         terms = np.where(w > 0, w * log(np.where(w > 0, w, 1.0)), 0.0)  # 0 log 0 = 0
     else:
         terms = w * log(w)
@@ -107,6 +116,18 @@ def _entropy_mistakes() -> tuple[_Mistake, ...]:
             "NaN for a blocked key: its weight is 0, and 0 * log(0) computes "
             "0 * -inf = NaN; the entropy counts 0 log 0 as 0.",
             "A weight of exactly 0 adds nothing to the entropy: leave it out of the sum.",
+        ),
+        *(
+            _Mistake(
+                _entropy_model(eps=eps),
+                "A small number is added inside the logarithm, log(w + eps): every "
+                "positive weight's term moves by about eps, and a one-hot row gets "
+                "the entropy -log(1 + eps) < 0 instead of 0.",
+                "Leave the weights of 0 out of the sum (0 log 0 = 0) and take the "
+                "logarithm of the others as they are.",
+            )
+            # the usual choices: from 1e-10 on, the shift is within the tolerance
+            for eps in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9)
         ),
         _Mistake(
             _entropy_model(sign=1.0),
