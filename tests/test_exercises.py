@@ -401,14 +401,6 @@ def sdpa_overflows(q, k, v, mask=None):
     return weights @ v, weights
 
 
-def sdpa_nan_row(q, k, v, mask=None):
-    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    weights = _exp_normalise(scores)
-    return weights @ v, weights
-
-
 def sdpa_normalised_by(normalise):
     """Scaled and masked as it should be; the weights from ``normalise(scores)``."""
     def candidate(q, k, v, mask=None):
@@ -419,6 +411,9 @@ def sdpa_normalised_by(normalise):
         return weights @ v, weights
 
     return candidate
+
+
+sdpa_nan_row = sdpa_normalised_by(_exp_normalise)  # a row of -inf gives 0/0
 
 
 def sdpa_context_only(q, k, v, mask=None):
