@@ -42,14 +42,14 @@ help:
 TORCH_INDEX ?=
 TORCH_PIN := $(shell grep '^torch==' requirements.txt)
 
-# --no-compile: pip writes no bytecode for every file it installs (a third of the
-# install's time, torch alone has thousands of modules); Python writes it for the
-# modules a command imports, the first time it imports them.
+# pip writes the bytecode of every module it installs: Python does not write it later
+# where PYTHONDONTWRITEBYTECODE is set (as on this course's machines), and every process
+# would compile every module it imports again.
 $(STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet --no-compile '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet --no-compile -r requirements.txt
+	$(if $(TORCH_INDEX),$(PY) -m pip install --quiet '$(TORCH_PIN)' --index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
@@ -193,8 +193,9 @@ lab: venv $(LAB_SETTINGS)
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) .
 
 # The package on its own: `pip install .` into an empty venv (its declared dependencies
-# only, the CPU-only torch with TORCH_INDEX) must give an mha whose layers import
-# (no bytecode written at install: see the set-up above).
+# only, the CPU-only torch with TORCH_INDEX) must give an mha whose layers import. Its
+# one import compiles what it needs: no bytecode is written for every file installed
+# (half the step's time, torch alone has thousands of modules).
 PACKAGE_VENV := _build/package-venv
 package:
 	rm -rf $(PACKAGE_VENV) && $(PYTHON) -m venv $(PACKAGE_VENV)
