@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import site_check
@@ -369,6 +370,86 @@ def test_chinese_search_finds_attention(page, served_site):
     page.goto(f"{served_site}/{ZH}/search.html?q=注意力", wait_until="load")
     page.wait_for_selector("#search-results li", timeout=30_000)
     assert page.locator("#search-results li").count() >= 2
+
+
+def queries_the_chinese_pages_use() -> list[str]:
+    """The glossary's terms and the compounds of search_terms.txt, as a reader types
+    them, that some Chinese page shows (a translated message holds them)."""
+    import csv
+
+    from tools import editions
+
+    shown = "".join(
+        line for po in sorted((ROOT / "locales" / ZH / "LC_MESSAGES").rglob("*.po"))
+        for line in po.read_text(encoding="utf-8").splitlines() if line.startswith("msgstr"))
+    with (ROOT / "locales" / ZH / "glossary.csv").open(encoding="utf-8") as f:
+        terms = [row["chinese"].strip() for row in csv.DictReader(f)]
+    extra = (ROOT / "locales" / ZH / "search_terms.txt").read_text(encoding="utf-8")
+    terms += [line.split("#")[0].strip() for line in extra.splitlines()]
+    assert set(editions.search_terms(ZH)) >= {t for t in terms if t.isalpha() and not t.isascii()}
+    return [t for t in dict.fromkeys(terms) if t and t in shown]
+
+
+def test_chinese_search_finds_every_term_the_pages_use(page, served_site):
+    """Each term of the glossary (and each compound of search_terms.txt) that a Chinese
+    page shows is found by the Chinese search, as its search page splits the query."""
+    if not ZH_PAGES:
+        pytest.skip("no Chinese edition built")
+    queries = queries_the_chinese_pages_use()
+    assert len(queries) > 50 and "多头自注意力" in queries and "键" in queries
+    page.goto(f"{served_site}/{ZH}/search.html", wait_until="load")
+    page.wait_for_function("() => typeof Search !== 'undefined' && Search.hasIndex()",
+                           timeout=30_000)
+    found = page.evaluate("""(queries) => Object.fromEntries(queries.map(q =>
+        [q, Search._performSearch(...Search._parseQuery(q)).length]))""", queries)
+    missing = [q for q, n in found.items() if n == 0]
+    assert not missing, f"the Chinese search finds nothing for: {missing}"
+
+
+def test_the_chinese_no_result_message_is_drawn_in_the_site_font(page, served_site):
+    """Sphinx's search messages come from translations.js, which writes its Chinese as
+    escapes (\\u60a8): the font cut reads them too, so 您 is not a box."""
+    if not ZH_PAGES:
+        pytest.skip("no Chinese edition built")
+    page.goto(f"{served_site}/{ZH}/search.html?q=qqqzzzxxx", wait_until="load")
+    page.wait_for_function("() => /没有匹配/.test(document.body.innerText)", timeout=30_000)
+    message = page.inner_text("#search-results")
+    shown = {ord(c) for c in message if "\u3000" <= c <= "\u9fff" or "\uff00" <= c <= "\uffef"}
+    assert ord("您") in shown, message
+    assert not cut_font_lacks(shown), message
+
+
+def cut_font_lacks(characters: set[int]) -> list[str]:
+    """Those of ``characters`` that the site's CJK font draws (a slice of Fontsource's
+    font holds it) but that the slice cut to the site's characters no longer holds:
+    without a CJK font of its own, the reader sees a box, and a browser can not tell
+    (the face still claims the character)."""
+    from fontTools.ttLib import TTFont
+
+    from tools import editions
+
+    def cmap(folder: Path, name: str, cache: dict) -> set[int]:
+        if (folder, name) not in cache:
+            path = folder / "files" / name
+            cache[folder, name] = set(TTFont(path).getBestCmap()) if path.exists() else set()
+        return cache[folder, name]
+
+    lacking, cache = [], {}
+    for sheet in sorted(editions.FONT_SOURCE.glob("*.css")):
+        ranges = editions.unicode_ranges(sheet.read_text(encoding="utf-8"))
+        for c in sorted(characters):
+            files = [name for name, covered in ranges.items() if c in covered]
+            drawn = [n for n in files if c in cmap(editions.FONT_SOURCE, n, cache)]
+            if drawn and not any(c in cmap(editions.FONTS, n, cache) for n in drawn):
+                lacking.append(f"{chr(c)} ({sheet.stem})")
+    return lacking
+
+
+def test_every_character_the_site_can_show_is_in_its_cut_font(served_site):
+    """Pages and the site's own scripts, characters written as escapes included."""
+    from tools import editions
+
+    assert not cut_font_lacks(editions.site_characters())
 
 
 @pytest.mark.parametrize("page_path", ["book/notebooks/09_positions_and_tiles.html",

@@ -135,3 +135,14 @@ def test_a_cut_slice_is_taken_from_the_cache_for_the_same_characters(tmp_path, f
     assert covered == {ord("头")}
     now = set(cache.glob("*.woff2"))
     assert len(now) == len(list(other.glob("files/*.woff2"))) and not set(cached) & now
+
+
+def test_the_font_cut_reads_characters_written_as_escapes():
+    """A script's \\uXXXX (Sphinx's translations.js) and a page's &#...; are characters
+    the site shows: the cut font keeps them."""
+    from tools.editions import shown_characters
+
+    assert ord("您") in shown_characters(r'"\u60a8\u7684"', ".js")
+    assert 0x1F600 in shown_characters(r"'\u{1F600}'", ".js")
+    assert {ord("您"), ord("的")} <= shown_characters("&#x60a8;&#30340;", ".html")
+    assert ord("您") not in shown_characters(r'"\u60a8"', ".html")  # not an escape there

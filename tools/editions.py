@@ -59,8 +59,44 @@ def overrides(language: str | None) -> dict:
             "html_extra_path": [],
             "mathjax_path": "../../_vendor/mathjax/tex-chtml.js",
             "bibtex_bibfiles": [str(translated_bib(language))],
+            # jieba splits the pages into words with the book's terms as words of
+            # their own (book/_ext/editions.py indexes the one-character ones too).
+            "html_search_options": {"dict": str(search_dictionary(language))},
         }
     return settings
+
+
+# A query is split as Sphinx's search page splits it (searchtools.js: on every run of
+# characters that are not letters, numbers or "_"), and each piece must be a word of
+# the index.
+QUERY_SPLIT = re.compile(r"[^\w]+")
+
+
+def search_terms(language: str) -> list[str]:
+    """The words the edition's search must find as words: the glossary's terms (each
+    piece of a term the search page splits, as "KV 缓存"), and the compounds of
+    ``search_terms.txt`` (多头自注意力), longest first."""
+    import csv
+
+    with (LOCALES / language / "glossary.csv").open(encoding="utf-8") as f:
+        terms = [row["chinese"].strip() for row in csv.DictReader(f)]
+    extra = LOCALES / language / "search_terms.txt"
+    if extra.exists():
+        terms += [line.split("#")[0].strip() for line in extra.read_text("utf-8").splitlines()]
+    pieces = {piece for term in terms for piece in QUERY_SPLIT.split(term)
+              if piece and not piece.isascii()}
+    return sorted(pieces, key=lambda t: (-len(t), t))
+
+
+def search_dictionary(language: str) -> Path:
+    """jieba's user dictionary for the edition's search index (one word a line, no
+    frequency: jieba then gives each the frequency that keeps it whole)."""
+    path = BUILD / f"search-{language}.dict"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{term}\n" for term in search_terms(language))
+    if not path.exists() or path.read_text("utf-8") != text:
+        path.write_text(text, "utf-8")
+    return path
 
 
 def translated_title(language: str) -> str | None:
@@ -373,6 +409,24 @@ FONTS = HTML / "_vendor" / "fonts" / "noto-sans-sc"
 TEXT_SUFFIXES = (".html", ".js")
 
 
+# A character a script writes as an escape (Sphinx's translations.js holds its Chinese
+# as \\u60a8), or a page as a character reference (&#x60a8;, &#24744;).
+JS_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\u\{([0-9a-fA-F]{1,6})\}")
+
+
+def shown_characters(text: str, suffix: str) -> set[int]:
+    """The characters a page (``.html``) or a script (``.js``) can show: those written
+    as they are, and those written as escapes or references."""
+    import html
+
+    found = {ord(c) for c in text}
+    if suffix == ".html":
+        found |= {ord(c) for c in html.unescape(text)}
+    else:
+        found |= {int(a or b, 16) for a, b in JS_ESCAPE.findall(text)}
+    return found
+
+
 def site_characters(root: Path = HTML) -> set[int]:
     """Every character of every page and script of both editions (MathJax and the
     font stylesheets aside): a superset of what the site draws in the CJK font."""
@@ -381,7 +435,8 @@ def site_characters(root: Path = HTML) -> set[int]:
         rel = path.relative_to(root).parts
         if path.suffix not in TEXT_SUFFIXES or rel[:2] == ("_vendor", "mathjax"):
             continue
-        found |= {ord(c) for c in path.read_text(encoding="utf-8", errors="ignore")}
+        found |= shown_characters(path.read_text(encoding="utf-8", errors="ignore"),
+                                  path.suffix)
     return found
 
 

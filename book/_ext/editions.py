@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 from pathlib import Path
 
@@ -239,6 +240,29 @@ def fast_chinese_search() -> None:
 
     class FastSearchChinese(SearchChinese):
         latin_terms = _TermSet()  # shared by every instance, as the list was
+        # Sphinx indexes words of two characters or more; the book's one-character
+        # terms (键, 值, 头, 块) are words of its dictionary, and indexed too.
+        terms: frozenset[str] = frozenset()
+
+        def init(self, options: dict[str, str]) -> None:
+            super().init(options)
+            path = options.get("dict")
+            if path and os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    type(self).terms = frozenset(line.split()[0] for line in f if line.strip())
+
+        def word_filter(self, stemmed_word: str) -> bool:
+            return super().word_filter(stemmed_word) or stemmed_word in self.terms
+
+        def split(self, input: str) -> list[str]:
+            """As Sphinx's, but without jieba's guesses at words its dictionaries do
+            not hold (HMM), which glued 键和值 into one word: what is not a word of
+            theirs is split into characters."""
+            import jieba
+
+            latin = [term.strip() for term in self.latin1_letters.findall(input)]
+            self.latin_terms.extend(latin)
+            return list(jieba.cut_for_search(input, HMM=False)) + latin
 
     languages["zh"] = FastSearchChinese
 
