@@ -488,3 +488,11 @@ def test_the_chinese_edition_names_no_control_in_english():
             for label in LABEL_ATTRIBUTE.findall((HTML / page).read_text(encoding="utf-8"))
             if label in chrome}
     assert not left, sorted(left)[:20]
+    # The solutions' toggles ("Click to show" at 768 px and wider), in Chinese.
+    hints = {(page, hint) for page in ZH_PAGES
+             for hint in re.findall(r"toggleHint(?:Show|Hide) = '([^']*)'",
+                                    (HTML / page).read_text(encoding="utf-8"))}
+    assert hints and not [h for h in hints if re.search(r"[A-Za-z]", h[1])], sorted(hints)[:4]
+    # Mainland usage: 打印, not Taiwan's 列印 (the theme's own catalog).
+    taiwan = [page for page in ZH_PAGES if "列印" in (HTML / page).read_text(encoding="utf-8")]
+    assert not taiwan, taiwan

@@ -62,8 +62,14 @@ def overrides(language: str | None) -> dict:
             # jieba splits the pages into words with the book's terms as words of
             # their own (book/_ext/editions.py indexes the one-character ones too).
             "html_search_options": {"dict": str(search_dictionary(language))},
+            # The solutions' toggles: sphinx-togglebutton's catalog has no Chinese.
+            **TOGGLE_HINTS.get(language, {}),
         }
     return settings
+
+
+TOGGLE_HINTS = {"zh_CN": {"togglebutton_hint": "点击显示",
+                           "togglebutton_hint_hide": "点击隐藏"}}
 
 
 # A query is split as Sphinx's search page splits it (searchtools.js: on every run of

@@ -121,6 +121,8 @@ ATTRIBUTE_LABELS = {
         "Search the book...": "搜索本书……",
         "Main": "主导航",
         "Page": "本页",
+        # The theme's own catalog says it as in Taiwan; the book's readers print.
+        "列印成 PDF": "打印为 PDF",
     },
 }
 ATTRIBUTE = re.compile(r'\b(title|aria-label|placeholder)="([^"]*)"')
