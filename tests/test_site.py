@@ -496,3 +496,38 @@ def test_the_chinese_edition_names_no_control_in_english():
     # Mainland usage: 打印, not Taiwan's 列印 (the theme's own catalog).
     taiwan = [page for page in ZH_PAGES if "列印" in (HTML / page).read_text(encoding="utf-8")]
     assert not taiwan, taiwan
+
+
+CODE_BLOCK = re.compile(r'<div class="highlight-ipython3 notranslate"><div class="highlight">'
+                        r"<pre>(.*?)</pre>", re.S)
+
+
+def shown_code(page: str) -> list[str]:
+    """The code cells a built page shows, as text."""
+    import html
+
+    text = (HTML / page).read_text(encoding="utf-8")
+    return [html.unescape(re.sub(r"<[^>]+>", "", block)) for block in CODE_BLOCK.findall(text)]
+
+
+def test_the_chinese_code_is_the_english_code_with_chinese_comments():
+    """Every code cell of a Chinese page is its English twin's code token for token once
+    comments are left out, and at least 90% of the comments that say something in words
+    (tools/comments.py) are in Chinese."""
+    from tools import comments
+
+    if not ZH_PAGES:
+        _missing("no Chinese edition built: run `make book` first")
+    worded = chinese = 0
+    for page in ZH_PAGES:
+        twin = page.removeprefix(f"{ZH}/")
+        local, english = shown_code(page), shown_code(twin)
+        assert len(local) == len(english), f"{page}: {len(local)} code cells, {len(english)}"
+        for index, (ours, theirs) in enumerate(zip(local, english, strict=True)):
+            assert comments.code_tokens(ours) == comments.code_tokens(theirs), (page, index)
+            units = [u for u in comments.units(theirs) if comments.is_message(u)]
+            worded += len(units)
+            shown = [u.text for u in comments.units(ours)]
+            chinese += sum(u.text not in shown for u in units)
+    assert worded > 400, worded  # the code cells were found
+    assert chinese >= 0.9 * worded, f"{chinese} of {worded} worded comments translated"

@@ -207,6 +207,69 @@ def test_declared_page_keeps_every_message_markup(doc):
     assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
 
 
+def comment_problems(code: str, table: dict[str, str]) -> list[str]:
+    """How ``code`` with its comments translated by ``table`` is not ``code``: another
+    token, or a line wider than the cell's widest line (at least 72 columns)."""
+    from tools import comments
+
+    local = comments.translate(code, table)
+    problems = []
+    if comments.code_tokens(local) != comments.code_tokens(code):
+        problems.append(f"the code changed: {code[:60]!r}")
+    room = max([72] + [comments.width(line) for line in code.splitlines()])
+    problems += [f"{comments.width(line)} columns (room {room}): {line.strip()[:50]!r}"
+                 for line in local.splitlines() if comments.width(line) > room]
+    return problems
+
+
+@pytest.mark.parametrize("doc", [d for d in DECLARED if (ROOT / f"{d}.ipynb").exists()])
+def test_declared_page_translates_comments_and_nothing_else_in_its_code(doc):
+    """Every code cell, its comments translated by the page's catalog, is the English
+    code token for token, and no line of it is wider than the cell allows."""
+    import json
+
+    catalog = read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po")
+    table = {m.id: m.string for m in catalog if m.id and m.string and not m.fuzzy}
+    cells = json.loads((ROOT / f"{doc}.ipynb").read_text(encoding="utf-8"))["cells"]
+    problems = [p for cell in cells if cell["cell_type"] == "code"
+                for p in comment_problems("".join(cell["source"]), table)]
+    assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
+
+
+def test_comments_are_found_translated_and_wrapped_as_said():
+    from tools import comments
+
+    code = ("x = f(1)  # the queries, one per token\n"
+            "# Split the width into heads:\n# each head sees Dh columns.\n"
+            "    # an indented remark here\n"
+            "y = g(x)  # (B, T, D)\n")
+    found = comments.units(code)
+    assert [(u.first, u.last, u.inline) for u in found] == [
+        (0, 0, True), (1, 2, False), (3, 3, False), (4, 4, True)]
+    assert comments.messages(code) == [
+        "the queries, one per token", "Split the width into heads:\neach head sees Dh columns.",
+        "an indented remark here"]  # a shape is not a message
+    long = "把模型的宽度拆成多个头（每个头一份），每个头只看 Dh 列。" * 3
+    table = {"the queries, one per token": "查询，每个词元一个",
+             "Split the width into heads:\neach head sees Dh columns.": long}
+    local = comments.translate(code, table)
+    assert local.startswith("x = f(1)  # 查询，每个词元一个\n# 把模型")
+    assert comment_problems(code, table) == []
+    block = [line for line in local.splitlines() if line.startswith("# ")]
+    assert len(block) > 2 and all(comments.width(line) <= comments.WRAP for line in block)
+    # Never a closing mark first on a line, never an opening one last, never "Dh" split.
+    assert not [line for line in block[1:] if line[2] in comments.NO_START]
+    assert not [line for line in block if line[-1] in comments.NO_END]
+    assert "".join(line[2:] for line in block).replace(" ", "") == long.replace(" ", "")
+    # A translation cannot add code (an inline one stays on its line), and one that
+    # overflows is caught.
+    assert comments.translate(code, {"the queries, one per token": "查询\nz = 1"}).startswith(
+        "x = f(1)  # 查询 z = 1\n")
+    assert comment_problems(code, {"the queries, one per token": "很长的注释" * 20})
+    # Not Python (a shell line), no units; the code is left alone.
+    assert comments.units("!pip install x  # two words") == []
+
+
 @pytest.mark.plumbing
 def test_glossary_terms_are_unique_and_each_has_a_chinese_term():
     terms = glossary()

@@ -15,7 +15,8 @@ references.bib with them translated.
     python -m tools.editions update zh_CN    # merge them into the catalogs, list the work
     python -m tools.editions build zh_CN     # build the edition (after the English one)
     python -m tools.editions status zh_CN    # what is left to translate, per catalog
-    python -m tools.editions check zh_CN [page ...]   # translations that lost markup
+    python -m tools.editions check zh_CN [page ...]   # translations that lost markup, and
+                                             # spacing against the rule (built edition)
     python -m tools.editions fonts           # cut the CJK font to the site's characters
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import html.parser
 import re
 import shutil
 import subprocess
@@ -162,7 +164,7 @@ def toc_pages(root: Path = ROOT) -> list[str]:
 def gettext(outdir: Path = POT, pages: list[str] | None = None, root: Path = ROOT,
             strict: bool | None = None) -> None:
     """Extract the messages of every page, or of ``pages`` only (docnames), into
-    ``<outdir>/<docname>.pot`` (emptied first), alt text and the references' notes
+    ``<outdir>/<docname>.pot`` (emptied first), alt text, code comments and the references' notes
     included.
 
     Given ``pages``, Sphinx reads those pages alone, through a table of contents that
@@ -285,9 +287,21 @@ def alt_texts(notebook: Path) -> list[tuple[str, int]]:
     return found
 
 
+def code_comments(notebook: Path) -> list[tuple[str, int]]:
+    """Each code cell's comment messages (tools/comments.py) and the cell's index."""
+    import json
+
+    from tools import comments
+
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return [(text, index) for index, cell in enumerate(cells) if cell["cell_type"] == "code"
+            for text in comments.messages("".join(cell["source"]))]
+
+
 def add_alt_texts(pot: Path, notebook: Path, root: Path = ROOT) -> None:
-    """The gettext builder does not extract alt text: add it to the page's template as
-    messages of their own (book/_ext/editions.py translates them when writing pages)."""
+    """The gettext builder extracts neither alt text nor code comments: add them to the
+    page's template as messages of their own (book/_ext/editions.py translates them when
+    writing pages)."""
     from babel.messages.pofile import read_po, write_po
 
     with pot.open("rb") as f:
@@ -296,6 +310,12 @@ def add_alt_texts(pot: Path, notebook: Path, root: Path = ROOT) -> None:
     for alt, index in alt_texts(notebook):
         catalog.add(alt, locations=[(f"../../{where}", index)],
                     auto_comments=[f"alt text of the figure of cell {index} (mystnb.image.alt)"])
+    for text, index in code_comments(notebook):
+        if text in catalog:
+            catalog[text].locations.append((f"../../{where}", index))
+            continue
+        catalog.add(text, locations=[(f"../../{where}", index)],
+                    auto_comments=[f"code comment of cell {index} (without its #)"])
     with pot.open("wb") as f:
         write_po(f, catalog, width=0)
 
@@ -609,6 +629,114 @@ def markup_problem(msgid: str, msgstr: str) -> str | None:
             + ("; " if lost and added else "") + (f"added {added}" if added else ""))
 
 
+# --- spacing between Chinese and Latin text ------------------------------------------
+
+# The book's rule, as a Chinese reader sees the page: a space between a Chinese
+# character and a Latin letter or digit (in text, a link, code or math: "练习 4.1 会",
+# "用 `mask` 遮住"), none between two Chinese characters, even where a link begins or
+# ends ("像「把 Q 重塑成多个头」那样", not "像 把 Q 重塑成多个头 中那样"). Titles quoted as
+# written (《…》, “…”, a citation and the bibliography) keep their own spacing.
+HAN = r"[\u3400-\u4dbf\u4e00-\u9fff]"
+LATIN = r"[A-Za-z0-9]"
+EDGE = "\x00"  # where an element begins or ends
+SPACING = {
+    "no space between Chinese and Latin": re.compile(
+        rf"{HAN}{EDGE}*{LATIN}|{LATIN}{EDGE}*{HAN}"),
+    "a space between two Chinese characters": re.compile(rf"{HAN}{EDGE}*\s+{EDGE}*{HAN}"),
+}
+QUOTED = re.compile(r"《[^》]*》|“[^”]*”")
+CITATION = re.compile(r"^(?:[./]*references\.html)?#id\d+$")
+
+
+class _Blocks(html.parser.HTMLParser):
+    """The text of each block of a page's article, element edges marked with EDGE,
+    code and math as one Latin letter, quoted titles and citations left out."""
+
+    BLOCK = {"p", "li", "td", "th", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6",
+             "figcaption", "caption", "div", "section", "blockquote", "summary"}
+    EMPTY = {"br", "img", "wbr", "input", "meta", "link", "hr", "source"}
+    HIDDEN = {"pre", "script", "style", "svg", "button", "nav", "aside", "template"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[str] = []
+        self.text: list[str] = []
+        self.stack: list[tuple[str, str]] = []
+        self.silent = 0
+
+    def flush(self) -> None:
+        if "".join(self.text).strip():
+            self.blocks.append(QUOTED.sub("《》", "".join(self.text)))
+        self.text = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag in self.EMPTY:
+            return
+        attrs = dict(attrs)
+        classes = (attrs.get("class") or "").split()
+        if self.silent or tag in self.HIDDEN or "headerlink" in classes or \
+                "citation" in classes or CITATION.search(attrs.get("href") or ""):
+            kind = "silent"
+            self.silent += 1
+        elif tag in self.BLOCK:
+            kind = "block"
+            self.flush()
+        elif tag in ("code", "kbd", "samp") or (tag == "span" and "math" in classes):
+            kind = "opaque"
+            self.text.append(EDGE + "X")
+            self.silent += 1
+        else:
+            kind = "inline"
+            self.text.append(EDGE)
+        self.stack.append((kind, tag))
+
+    def handle_endtag(self, tag) -> None:
+        if tag in self.EMPTY or tag not in {t for _, t in self.stack}:
+            return
+        while self.stack:
+            kind, opened = self.stack.pop()
+            if kind in ("silent", "opaque"):
+                self.silent -= 1
+            if kind == "block":
+                self.flush()
+            elif kind in ("inline", "opaque") and not self.silent:
+                self.text.append(EDGE)
+            if opened == tag:
+                break
+
+    def handle_data(self, data) -> None:
+        if not self.silent:
+            self.text.append(data)
+
+
+def spacing_problems(page: str) -> list[str]:
+    """Where the article of a built page breaks the spacing rule, with some context."""
+    start = page.find('<article class="bd-article"')
+    parser = _Blocks()
+    parser.feed(page[start:page.find("</article>", start)] if start >= 0 else page)
+    parser.flush()
+    return [f"{rule}: {block[max(0, m.start() - 12):m.end() + 12].replace(EDGE, '|')!r}"
+            for block in parser.blocks for rule, pattern in SPACING.items()
+            for m in pattern.finditer(block)]
+
+
+def spacing(language: str, pages: list[str] | None = None) -> int:
+    """Print every place of the built edition that breaks the spacing rule."""
+    out = HTML / language
+    if not out.is_dir():
+        print(f"spacing: not checked (no {out.relative_to(ROOT)}: `make book` first)")
+        return 0
+    problems = 0
+    for doc in toc_pages():
+        if pages and doc not in pages:
+            continue
+        for problem in spacing_problems((out / f"{doc}.html").read_text(encoding="utf-8")):
+            print(f"{doc}: {problem}")
+            problems += 1
+    print(f"{problems} place(s) against the spacing rule (in {out.relative_to(ROOT)})")
+    return problems
+
+
 def check(language: str, pages: list[str] | None = None) -> int:
     """Print every translated message whose markup is not its English message's."""
     from babel.messages.pofile import read_po
@@ -636,7 +764,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("pages", nargs="*", help="check: only these pages (docnames)")
     args = parser.parse_args(argv)
     if args.command == "check":
-        sys.exit(1 if check(args.language, args.pages) else 0)
+        markup_left = check(args.language, args.pages)
+        sys.exit(1 if markup_left + spacing(args.language, args.pages) else 0)
     {"gettext": lambda _: gettext(), "fonts": lambda _: fonts(), "update": update, "build": build,
      "status": status}[args.command](args.language)
 

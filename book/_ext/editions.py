@@ -16,6 +16,9 @@
 * **The theme's labels** that no catalog translates: myst-nb's toggles ("Show code
   cell source"), and the tooltips and accessible names of the theme's controls ("Color
   mode", "Link to this heading", ...), in ``LABELS`` and ``ATTRIBUTE_LABELS``.
+* **Translated code comments.** The comments in a page's code are messages of its
+  catalog too (``tools/comments.py`` says which); the code an edition shows has them
+  replaced, and nothing else changed.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ from __future__ import annotations
 import html
 import os
 import re
+import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # tools/ (comments.py) is the repository's
+    sys.path.insert(0, str(ROOT))
 
 # The editions and the name of each one's language in that language.
 EDITIONS = {"en": ("English", "en", ""), "zh_CN": ("中文", "zh-CN", "zh_CN/")}
@@ -147,12 +155,22 @@ def translate_attribute_labels(app, exception) -> None:
             page.write_text(new, encoding="utf-8")
 
 
+# A solution's title names its exercise after the word (sphinx-exercise: "Solution
+# to Exercise 4.1"); in Chinese the exercise comes first: 练习 4.1 解答.
+SOLUTION_TITLE = {"zh_CN": (
+    re.compile(r'(<p class="admonition-title">)解答(<a [^>]*>) ?([^<]*)</a>'),
+    r"\1\2\3</a> 解答")}
+
+
 def translate_labels(app, pagename, templatename, context, doctree) -> None:
     labels = LABELS.get(edition(app))
     if labels and "body" in context:
         body = context["body"]
         for english, local in labels.items():
             body = body.replace(english, local)
+        if edition(app) in SOLUTION_TITLE:
+            pattern, order = SOLUTION_TITLE[edition(app)]
+            body = pattern.sub(order, body)
         context["body"] = body
 
 
@@ -187,6 +205,34 @@ def page_catalog(app, pagename):
                 catalog = read_po(f)
             return {m.id: m.string for m in catalog if m.id and m.string and not m.fuzzy}
     return None
+
+
+# --- code comments -------------------------------------------------------------
+
+CODE_LANGUAGES = {"ipython3", "ipython", "python"}
+
+
+def translate_code_comments(app, doctree, docname) -> None:
+    """Each code cell's comments in the edition's language, where its catalog has them
+    (the code itself is the English code: tests/test_translations.py)."""
+    if edition(app) == "en":
+        return
+    from docutils import nodes
+
+    from tools import comments
+
+    table = page_catalog(app, docname)
+    if not table:
+        return
+    for node in doctree.findall(nodes.literal_block):
+        if node.get("language") not in CODE_LANGUAGES:
+            continue
+        code = node.astext()
+        local = comments.translate(code, table)
+        if local != code:
+            node.children = []
+            node += nodes.Text(local)
+            node.rawsource = local
 
 
 # --- the parts' captions -------------------------------------------------------
@@ -291,6 +337,7 @@ def setup(app):
     # After offline_site has written the front door (its handler: priority 400).
     app.connect("build-finished", front_door_language, priority=450)
     app.connect("html-page-context", translate_alt)
+    app.connect("doctree-resolved", translate_code_comments)
     app.connect("html-page-context", translate_labels)
     app.connect("build-finished", translate_attribute_labels, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
