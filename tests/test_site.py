@@ -531,3 +531,83 @@ def test_the_chinese_code_is_the_english_code_with_chinese_comments():
             chinese += sum(u.text not in shown for u in units)
     assert worded > 400, worded  # the code cells were found
     assert chinese >= 0.9 * worded, f"{chinese} of {worded} worded comments translated"
+
+
+class _Interface(__import__("html.parser").parser.HTMLParser):
+    """The interface strings of a page: the text outside its article (header, sidebars,
+    footer), the names and tooltips of its controls anywhere (title, aria-label,
+    placeholder), and the text of its buttons and toggles (button, summary)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.strings: set[str] = set()
+        self.article = self.code = self.control = 0
+
+    def handle_starttag(self, tag, attrs) -> None:
+        attrs = dict(attrs)
+        if tag == "article":
+            self.article += 1
+        elif tag in ("script", "style", "pre"):
+            self.code += 1
+        elif tag in ("button", "summary"):
+            self.control += 1
+        for name in ("title", "aria-label", "placeholder"):
+            if attrs.get(name) and not (self.article and name == "title" and tag == "a"
+                                        and "headerlink" not in (attrs.get("class") or "")):
+                self.strings.add(attrs[name].strip())
+
+    def handle_endtag(self, tag) -> None:
+        if tag == "article":
+            self.article -= 1
+        elif tag in ("script", "style", "pre"):
+            self.code -= 1
+        elif tag in ("button", "summary"):
+            self.control -= 1
+
+    def handle_data(self, data) -> None:
+        if data.strip() and not self.code and (not self.article or self.control):
+            self.strings.add(data.strip())
+
+
+# Not English words: file types of the download menu, a key's name, the English
+# edition's own name in the language switch, and math (a heading's TeX).
+NOT_WORDS = {".ipynb", ".md", ".pdf", "Ctrl", "English"}
+
+
+def english_interface(page_html: str) -> list[str]:
+    parser = _Interface()
+    parser.feed(page_html)
+    return sorted(s for s in parser.strings
+                  if s not in NOT_WORDS and not s.startswith("\\(")
+                  and re.search(r"[A-Za-z]{2,}", s) and not re.search(r"[\u4e00-\u9fff]", s))
+
+
+def test_no_chinese_page_shows_an_english_interface_string():
+    """Every interface string of every Chinese page is Chinese (the footer's author,
+    copyright and date included), and 列印 (Taiwan usage) appears nowhere."""
+    if not ZH_PAGES:
+        _missing("no Chinese edition built: run `make book` first")
+    left = {page: found for page in ZH_PAGES
+            if (found := english_interface((HTML / page).read_text(encoding="utf-8")))}
+    assert not left, sorted(left.items())[:5]
+    # The collector sees the interface: on an English page it finds the English one.
+    english = english_interface((HTML / ZH_PAGES[1].removeprefix(f"{ZH}/")).read_text("utf-8"))
+    assert {"Skip to main content", "Back to top"} <= set(english), english
+    footer = (HTML / ZH_PAGES[1]).read_text(encoding="utf-8")
+    assert re.search(r"最后更新于 \d{4} 年 [1-9]\d? 月 [1-9]\d? 日。", footer)
+    assert "作者：" in footer and "版权所有 © " in footer
+    # A work without a date is 无日期 in the citations and the bibliography.
+    undated = [page for page in ZH_PAGES if ", n.d." in (HTML / page).read_text("utf-8")]
+    assert not undated and "无日期" in (HTML / f"{ZH}/book/references.html").read_text("utf-8")
+
+
+def test_chinese_pages_keep_the_spacing_rule():
+    """A space between Chinese and Latin text, none between two Chinese characters,
+    links, code and math included (tools.editions, "spacing")."""
+    from tools import editions
+
+    if not ZH_PAGES:
+        _missing("no Chinese edition built: run `make book` first")
+    left = {page: found for page in ZH_PAGES
+            if (found := editions.spacing_problems((HTML / page).read_text(encoding="utf-8")))}
+    assert not left, sorted(left.items())[:5]

@@ -236,6 +236,22 @@ def test_declared_page_translates_comments_and_nothing_else_in_its_code(doc):
     assert not problems, f"{doc}:\n  " + "\n  ".join(problems)
 
 
+def test_the_spacing_rule_is_read_from_the_page_as_shown():
+    def problems(body: str) -> list[str]:
+        return editions.spacing_problems(f'<article class="bd-article">{body}</article>')
+
+    assert problems("<p>练习 4.1 和练习 4.2 会用 <code>mask</code> 遮住。</p>") == []
+    assert problems("<p>练习 4.1和练习</p>")  # digit then Chinese
+    assert problems('<p>用<code class="literal">mask</code> 遮住</p>')  # code is Latin
+    assert problems('<p>像 <a href="#x">把 Q 重塑成多个头</a> 中那样</p>')  # spaces at a link
+    assert problems('<p>像「<a href="#x">把 Q 重塑成多个头</a>」一节中那样</p>') == []
+    assert problems('<p>见 <span class="math">\\(x\\)</span> 式</p>') == []
+    # Titles quoted as written, citations and code blocks keep their own spacing.
+    assert problems("<p>文章《Transformer三种注意力》很好</p>") == []
+    assert problems('<p>见 <a href="../references.html#id18">Transformer三种</a></p>') == []
+    assert problems("<pre>x = 1  # 查询q</pre><p>好</p>") == []
+
+
 def test_comments_are_found_translated_and_wrapped_as_said():
     from tools import comments
 

@@ -66,10 +66,15 @@ def overrides(language: str | None) -> dict:
             "html_search_options": {"dict": str(search_dictionary(language))},
             # The solutions' toggles: sphinx-togglebutton's catalog has no Chinese.
             **TOGGLE_HINTS.get(language, {}),
+            # The footer's author and copyright holder, in the edition's language.
+            **({"author": AUTHORS[language],
+                "copyright": f"{book_config()['copyright']} {AUTHORS[language]}"}
+               if language in AUTHORS else {}),
         }
     return settings
 
 
+AUTHORS = {"zh_CN": "mha 课程团队"}
 TOGGLE_HINTS = {"zh_CN": {"togglebutton_hint": "点击显示",
                            "togglebutton_hint_hide": "点击隐藏"}}
 
@@ -107,11 +112,17 @@ def search_dictionary(language: str) -> Path:
     return path
 
 
+def book_config() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
 def translated_title(language: str) -> str | None:
     import yaml
     from babel.messages.pofile import read_po
 
-    title = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
+    title = book_config()["title"]
     root = yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
     po = LOCALES / language / "LC_MESSAGES" / f"{root}.po"
     if not po.exists():

@@ -110,6 +110,8 @@ LABELS = {
         "Hide code cell output": "隐藏输出",
         "Show code cell content": "显示代码单元",
         "Hide code cell content": "隐藏代码单元",
+        # A work without a date (sphinxcontrib-bibtex writes "n.d.", "n.d.-a").
+        ", n.d.": ", 无日期",
     },
 }
 
@@ -151,8 +153,21 @@ def translate_attribute_labels(app, exception) -> None:
             continue
         text = page.read_text(encoding="utf-8")
         new = ATTRIBUTE.sub(local, text)
+        for pattern, replacement in FOOTER.get(edition(app), ()):
+            new = pattern.sub(replacement, new)
         if new != text:
             page.write_text(new, encoding="utf-8")
+
+
+# The footer as the theme writes it in Chinese ("作者： ...", "© Copyright 2026.",
+# "最后更新于 2026 年 12 月 04 日."): no space after a full-width colon, the copyright
+# line in Chinese (版权所有 © 2026 ...), a full-width stop and no leading zero.
+FOOTER = {"zh_CN": (
+    (re.compile(r'(<p class="component-author">\s*)作者：\s*'), r"\1作者："),
+    (re.compile(r'(<p class="copyright">\s*)© Copyright ([^<.]*)\.'), r"\1版权所有 © \2"),
+    (re.compile(r'(<p class="last-updated">\s*)最后更新于 (\d+) 年 0?(\d+) 月 0?(\d+) 日\.'),
+     r"\1最后更新于 \2 年 \3 月 \4 日。"),
+)}
 
 
 # A solution's title names its exercise after the word (sphinx-exercise: "Solution
@@ -160,6 +175,11 @@ def translate_attribute_labels(app, exception) -> None:
 SOLUTION_TITLE = {"zh_CN": (
     re.compile(r'(<p class="admonition-title">)解答(<a [^>]*>) ?([^<]*)</a>'),
     r"\1\2\3</a> 解答")}
+
+
+# Emphasis on Chinese text, drawn as Chinese typography draws it (editions.css: dots
+# under the characters), not with slanted glyphs.
+HAN_EMPHASIS = re.compile(r"<em>([^<]*[\u3400-\u4dbf\u4e00-\u9fff][^<]*)</em>")
 
 
 def translate_labels(app, pagename, templatename, context, doctree) -> None:
@@ -171,6 +191,8 @@ def translate_labels(app, pagename, templatename, context, doctree) -> None:
         if edition(app) in SOLUTION_TITLE:
             pattern, order = SOLUTION_TITLE[edition(app)]
             body = pattern.sub(order, body)
+        if edition(app) != "en":
+            body = HAN_EMPHASIS.sub(r'<em class="han-emphasis">\1</em>', body)
         context["body"] = body
 
 
