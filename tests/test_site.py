@@ -598,6 +598,10 @@ def test_no_chinese_page_shows_an_english_interface_string():
     assert "作者：" in footer and "版权所有 © " in footer
     # A work without a date is 无日期 in the citations and the bibliography.
     undated = [page for page in ZH_PAGES if ", n.d." in (HTML / page).read_text("utf-8")]
+    # Authors named in a sentence ({cite:t}) are joined the Chinese way (Jain 和 Wallace).
+    joined = [m for page in ZH_PAGES for m in re.findall(
+        r'<span id="id\d+">([^<\[]+) \[<a', (HTML / page).read_text("utf-8"))]
+    assert "Jain 和 Wallace" in joined and not [m for m in joined if " and " in m], joined
     assert not undated and "无日期" in (HTML / f"{ZH}/book/references.html").read_text("utf-8")
 
 

@@ -92,9 +92,16 @@ def glossary_problems(msgid: str, msgstr: str, terms: list[tuple[str, str]]) -> 
     if msgstr == msgid:
         return []  # kept as it is: a display equation, a number, a code name
     text = prose(msgid, msgstr)
-    return [f"{english!r} is not {chinese!r} in {msgstr[:60]!r}"
-            for english, chinese in terms
-            if term_pattern(english).search(text) and chinese not in msgstr]
+    problems = []
+    for english, chinese in terms:  # longer terms first
+        pattern = term_pattern(english)
+        if pattern.search(text):
+            if chinese not in msgstr:
+                problems.append(f"{english!r} is not {chinese!r} in {msgstr[:60]!r}")
+            # A shorter term inside this one ("embedding" in "rotary position
+            # embedding") is this term's, not a term of its own.
+            text = pattern.sub(" ", text)
+    return problems
 
 
 # --- the tests ---
@@ -265,6 +272,10 @@ def test_comments_are_found_translated_and_wrapped_as_said():
     assert comments.messages(code) == [
         "the queries, one per token", "Split the width into heads:\neach head sees Dh columns.",
         "an indented remark here"]  # a shape is not a message
+    message = [comments.is_message(comments.Unit(0, 0, 0, True, text, 0)) for text in (
+        "(B, Hkv, T, Dh)", "(S, Dh) @ (Dh,) -> (S,)", "noqa: E501 two words",
+        "2. split: (B, L, D) -> (B, H, L, Dh)", "(sentence, its noun, the other noun)")]
+    assert message == [False, False, False, True, True]
     long = "把模型的宽度拆成多个头（每个头一份），每个头只看 Dh 列。" * 3
     table = {"the queries, one per token": "查询，每个词元一个",
              "Split the width into heads:\neach head sees Dh columns.": long}
@@ -308,6 +319,10 @@ def test_the_checks_catch_what_they_are_for():
     terms = glossary()
     assert glossary_problems("A mask hides keys.", "遮罩屏蔽了一些键。", terms)
     assert not glossary_problems("A mask hides keys.", "掩码屏蔽了一些键。", terms)
+    # A term inside a longer one is the longer one's (no 嵌入 asked of RoPE's name).
+    assert not glossary_problems("Rotary position embedding turns keys.",
+                                 "旋转位置编码旋转键。", terms)
+    assert glossary_problems("Rotary position embedding turns keys.", "RoPE 旋转键。", terms)
     # Code, math and a title kept in English are not prose.
     assert not glossary_problems("`padding_mask` and $QK^T$", "`padding_mask` 和 $QK^T$", terms)
     assert not glossary_problems("*Attention Is All You Need*",

@@ -5,8 +5,9 @@ A *unit* is one thing a translator translates: a block of whole-line comments (o
 more ``#`` lines at the same column, one after another) or a comment after code on its
 line. Its message is the comments' text without the ``#`` (the lines of a block joined
 by newlines). A unit is a message when it says something in words (two or more words
-of two letters or more); a shape such as ``# (B, T, D)`` and a tool's directive
-(``# noqa: E501``) stay as they are.
+of two letters or more, shapes left out; or a numbered step's name, ``# 2. split:``);
+a shape such as ``# (B, Hkv, T, Dh)`` and a tool's directive (``# noqa: E501``) stay
+as they are.
 
 ``tools.editions.gettext`` adds each page's units to its template (as it adds alt
 text), and the Chinese edition's pages replace them in the code they show
@@ -96,8 +97,26 @@ def units(code: str) -> list[Unit]:
     return out
 
 
+# A shape or an index in brackets, every item one token: code, not words. A bracket
+# holding words, "(sentence, its noun, the other noun)", is words.
+BRACKETS = re.compile(r"\(([^()]*)\)|\[([^\[\]]*)\]")
+# A numbered step's name, "2. split: ...", says something even in one word.
+STEP = re.compile(r"^\d+\.\s+[A-Za-z]{2,}[A-Za-z ]*:")
+
+
+def words(text: str) -> list[str]:
+    """The words of a comment, shapes left out."""
+    def shape(m: re.Match) -> str:
+        inner = m.group(1) if m.group(1) is not None else m.group(2)
+        return " " if all(" " not in item.strip() for item in inner.split(",")) else m.group(0)
+
+    return WORD.findall(BRACKETS.sub(shape, text))
+
+
 def is_message(unit: Unit) -> bool:
-    return len(WORD.findall(unit.text)) >= 2 and not DIRECTIVE.match(unit.text)
+    if DIRECTIVE.match(unit.text):
+        return False
+    return len(words(unit.text)) >= 2 or bool(STEP.match(unit.text))
 
 
 def messages(code: str) -> list[str]:

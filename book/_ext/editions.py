@@ -182,6 +182,13 @@ SOLUTION_TITLE = {"zh_CN": (
 HAN_EMPHASIS = re.compile(r"<em>([^<]*[\u3400-\u4dbf\u4e00-\u9fff][^<]*)</em>")
 
 
+# A citation that names its authors in the sentence ({cite:t}: "Jain and Wallace
+# [2019]", "Brown et al. [2020]") names them the Chinese way: Jain 和 Wallace, Brown 等.
+CITED_AUTHORS = re.compile(
+    r'(<span id="id\d+">)([^<\[]+)( \[<a class="reference internal" href="[^"]*references\.html#)')
+AUTHOR_WORDS = {"zh_CN": {" and ": " 和 ", " et al.": " 等"}}
+
+
 def translate_labels(app, pagename, templatename, context, doctree) -> None:
     labels = LABELS.get(edition(app))
     if labels and "body" in context:
@@ -193,6 +200,16 @@ def translate_labels(app, pagename, templatename, context, doctree) -> None:
             body = pattern.sub(order, body)
         if edition(app) != "en":
             body = HAN_EMPHASIS.sub(r'<em class="han-emphasis">\1</em>', body)
+        if edition(app) in AUTHOR_WORDS:
+            words = AUTHOR_WORDS[edition(app)]
+
+            def authors(m: re.Match) -> str:
+                names = m.group(2)
+                for english, local in words.items():
+                    names = names.replace(english, local)
+                return m.group(1) + names + m.group(3)
+
+            body = CITED_AUTHORS.sub(authors, body)
         context["body"] = body
 
 
