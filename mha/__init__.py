@@ -8,11 +8,15 @@ only those below it:
   (softmax, heads, attention step by step, the grouped-query head mapping),
   :mod:`mha.params` (the weights), :mod:`mha.kv_cache`, :mod:`mha.masks`,
   :mod:`mha.positional` (sinusoidal, RoPE, ALiBi), :mod:`mha.tiled` (attention tile by
-  tile) and :mod:`mha.cost` (what a KV cache costs and saves);
+  tile), :mod:`mha.cost` (what a KV cache costs and saves), and the compressed caches:
+  :mod:`mha.mla` (multi-head latent attention and its latent cache),
+  :mod:`mha.paged_cache` (blocks and block tables) and :mod:`mha.quant_cache` (keys
+  and values in 8, 4 or 2 bits);
 * beside it, the PyTorch layers: :mod:`mha.modules` (``MultiHeadAttention``),
   :mod:`mha.kv_cache_torch`, :mod:`mha.positional_torch` (RoPE, ALiBi),
   :mod:`mha.layers` (feed-forward, encoder and decoder layers), :mod:`mha.masks_torch`
-  (the masks in torch) and :mod:`mha.transformer`. They never import the
+  (the masks in torch), :mod:`mha.transformer`, and :mod:`mha.mla_torch`,
+  :mod:`mha.paged_cache_torch`, :mod:`mha.quant_cache_torch`. They never import the
   specification's attention, so that the tests comparing the two compare independent
   code; the one import across is the models' sinusoidal table, data read from
   :mod:`mha.positional`;
@@ -89,11 +93,55 @@ _SPECIFICATION = {
     ],
     "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
     "mha.cost": [
+        "CACHE_TABLE_MODELS",
+        "DEEPSEEK_V2",
+        "DEEPSEEK_V3",
+        "LLAMA_2_7B",
+        "LLAMA_3_70B",
         "PUBLISHED_MODELS",
+        "PublishedMLAModel",
         "PublishedModel",
+        "cache_bytes_per_token",
+        "cached_values_per_token",
         "decode_macs_with_cache",
         "decode_macs_without_cache",
         "kv_cache_bytes",
+        "kv_values_per_token",
+        "mla_values_per_token",
+        "sequence_cache_bytes",
+    ],
+    "mha.mla": [
+        "AbsorbedWeights",
+        "MLAAbsorbedSteps",
+        "MLACache",
+        "MLAParams",
+        "MLASteps",
+        "ROPE_LAYOUTS",
+        "absorb",
+        "mla_absorbed_steps",
+        "mla_rope",
+        "mla_softmax_scale",
+        "mla_steps",
+        "multi_head_latent_attention",
+        "rms_norm",
+    ],
+    "mha.paged_cache": [
+        "MemoryWaste",
+        "PagedKVCache",
+        "PagedSequence",
+        "memory_waste",
+        "paged_attention",
+    ],
+    "mha.quant_cache": [
+        "PER",
+        "QuantizationError",
+        "Quantized",
+        "QuantizedHeads",
+        "QuantizedKVCache",
+        "dequantize",
+        "quantization_error",
+        "quantize",
+        "relative_error",
     ],
 }
 _HOME = {name: module for module, names in _SPECIFICATION.items() for name in names}

@@ -17,11 +17,22 @@ from dataclasses import dataclass
 from mha._checks import check_divisible, check_non_negative_int, check_positive_int
 
 __all__ = [
+    "CACHE_TABLE_MODELS",
+    "DEEPSEEK_V2",
+    "DEEPSEEK_V3",
+    "LLAMA_2_7B",
+    "LLAMA_3_70B",
     "PUBLISHED_MODELS",
+    "PublishedMLAModel",
     "PublishedModel",
+    "cache_bytes_per_token",
+    "cached_values_per_token",
     "decode_macs_with_cache",
     "decode_macs_without_cache",
     "kv_cache_bytes",
+    "kv_values_per_token",
+    "mla_values_per_token",
+    "sequence_cache_bytes",
 ]
 
 
@@ -306,3 +317,132 @@ def decode_macs_without_cache(
     position = check_non_negative_int(position, "position")
     length = position + 1
     return _layer_macs(d_model, num_heads, num_kv_heads, batch_size, length, length, length)
+
+
+# ------------------------------------------------ cached values: MHA, GQA and MLA
+
+
+def kv_values_per_token(num_kv_heads: int, head_dim: int) -> int:
+    """Numbers one token leaves in one layer's cache under multi-head or grouped-query
+    attention: one key and one value vector per key/value head, ``2 * Hkv * Dh``."""
+    num_kv_heads = check_positive_int(num_kv_heads, "num_kv_heads")
+    return 2 * num_kv_heads * check_positive_int(head_dim, "head_dim")
+
+
+def mla_values_per_token(kv_lora_rank: int, qk_rope_head_dim: int) -> int:
+    """Numbers one token leaves in one layer's cache under multi-head latent attention:
+    the KV latent and the RoPE key shared by every head, ``Rkv + Dr``, whatever the
+    number of heads (:class:`mha.mla.MLACache`)."""
+    kv_lora_rank = check_positive_int(kv_lora_rank, "kv_lora_rank")
+    return kv_lora_rank + check_positive_int(qk_rope_head_dim, "qk_rope_head_dim")
+
+
+@dataclass(frozen=True)
+class PublishedMLAModel:
+    """The attention shape of a published decoder with multi-head latent attention.
+
+    Attributes
+    ----------
+    name : str
+    num_layers, d_model, num_heads : int
+    q_lora_rank : int or None
+        ``Rq`` (the paper's ``d_c'``), the query latent; None if the queries are not
+        compressed.
+    kv_lora_rank : int
+        ``Rkv`` (``d_c``), the cached KV latent.
+    qk_nope_head_dim, qk_rope_head_dim, v_head_dim : int
+        ``Dn`` (``d_h``), ``Dr`` (``d_h^R``) and ``Dv`` (``d_h``).
+    source : str
+    """
+
+    name: str
+    num_layers: int
+    d_model: int
+    num_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    source: str
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "d_model", "num_heads", "kv_lora_rank",
+                      "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):  # fmt: skip
+            check_positive_int(getattr(self, field), field)
+        if self.q_lora_rank is not None:
+            check_positive_int(self.q_lora_rank, "q_lora_rank")
+
+    @property
+    def expanded_values_per_token(self) -> int:
+        """What one token would take in one layer's cache if the per-head keys and
+        values the plain form rebuilds were cached instead: ``H * (Dn + Dr + Dv)``."""
+        heads = self.num_heads
+        return heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+
+
+# Llama 2 7B and Llama 3 70B: the entries above, so that each number has one source.
+LLAMA_2_7B: PublishedModel = next(m for m in PUBLISHED_MODELS if m.name == "Llama 2 7B")
+LLAMA_3_70B: PublishedModel = next(m for m in PUBLISHED_MODELS if m.name == "Llama 3 70B")
+
+DEEPSEEK_V2 = PublishedMLAModel(
+    "DeepSeek-V2", num_layers=60, d_model=5120, num_heads=128, q_lora_rank=1536,
+    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    source="DeepSeek-AI (2024), DeepSeek-V2: A Strong, Economical, and Efficient "
+    "Mixture-of-Experts Language Model, arXiv:2405.04434, section 3.1.2 (60 layers, "
+    "hidden 5120, n_h 128, d_h 128, d_c 512, d_c' 1536, d_h^R 64); not Hugging Face's "
+    "DeepseekV2Config defaults, which are another, smaller model",
+)  # fmt: skip
+
+DEEPSEEK_V3 = PublishedMLAModel(
+    "DeepSeek-V3", num_layers=61, d_model=7168, num_heads=128, q_lora_rank=1536,
+    kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    source="DeepSeek-AI (2024/2025), DeepSeek-V3 Technical Report, arXiv:2412.19437, "
+    "section 4.2 (61 layers, hidden 7168, n_h 128, d_h 128, d_c 512, d_c' 1536, "
+    "d_h^R 64)",
+)  # fmt: skip
+
+# The memory table of chapter 10: multi-head, grouped-query and latent attention.
+CACHE_TABLE_MODELS: tuple[PublishedModel | PublishedMLAModel, ...] = (
+    LLAMA_2_7B, LLAMA_3_70B, DEEPSEEK_V2, DEEPSEEK_V3,
+)  # fmt: skip
+
+
+def cached_values_per_token(model: PublishedModel | PublishedMLAModel) -> int:
+    """Numbers one token leaves in one layer's cache: ``2 * Hkv * Dh`` for multi-head and
+    grouped-query attention (:func:`kv_values_per_token`), ``Rkv + Dr`` for latent
+    attention (:func:`mla_values_per_token`; 576 for DeepSeek-V2 and V3)."""
+    if isinstance(model, PublishedMLAModel):
+        return mla_values_per_token(model.kv_lora_rank, model.qk_rope_head_dim)
+    if isinstance(model, PublishedModel):
+        return kv_values_per_token(model.num_kv_heads, model.head_dim)
+    raise ValueError(f"model must be a PublishedModel or PublishedMLAModel, got "
+                     f"{type(model).__name__}")  # fmt: skip
+
+
+def cache_bytes_per_token(
+    model: PublishedModel | PublishedMLAModel, *, bytes_per_value: int = 2
+) -> int:
+    """Bytes one token takes in one layer's cache: :func:`cached_values_per_token` times
+    ``bytes_per_value`` (2 for float16 / bfloat16, 1 for 8-bit formats, 4 for float32)."""
+    bytes_per_value = check_positive_int(bytes_per_value, "bytes_per_value")
+    return cached_values_per_token(model) * bytes_per_value
+
+
+def sequence_cache_bytes(
+    model: PublishedModel | PublishedMLAModel,
+    num_tokens: int,
+    *,
+    bytes_per_value: int = 2,
+    batch_size: int = 1,
+) -> int:
+    """Bytes of the whole cache, every layer, for ``batch_size`` sequences of
+    ``num_tokens`` tokens: ``num_layers * cached tokens * batch_size *``
+    :func:`cache_bytes_per_token`. A sliding window caps the cached tokens, as in
+    :func:`kv_cache_bytes` (which this equals for a :class:`PublishedModel`)."""
+    num_tokens = check_non_negative_int(num_tokens, "num_tokens")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    per_token = cache_bytes_per_token(model, bytes_per_value=bytes_per_value)
+    window = getattr(model, "window", None)
+    cached = num_tokens if window is None else min(num_tokens, window)
+    return model.num_layers * cached * batch_size * per_token

@@ -773,13 +773,16 @@ OPEN_ALL_JS = """
 }
 """
 
-# The words book/_static/table-scroll.js and figure-zoom.js add to a page: the phone's
-# hint above a box that scrolls, that box's name, and the full-size link's title.
+# The words book/_static/table-scroll.js, figure-zoom.js and toggle-label.js add to a
+# page: the phone's hint above a box that scrolls, that box's name, the full-size
+# link's title, and the name of a solution's toggle.
 SCRIPT_WORDS_JS = """() => ({
   hint: Array.from(document.querySelectorAll('.scroll-hint'), el => el.textContent),
   region: Array.from(document.querySelectorAll('[role="region"][aria-label]'),
                      el => el.getAttribute('aria-label')),
-  zoom: Array.from(document.querySelectorAll('a.figure-zoom'), el => el.title)})"""
+  zoom: Array.from(document.querySelectorAll('a.figure-zoom'), el => el.title),
+  toggle: Array.from(document.querySelectorAll('button.toggle-button'),
+                     el => el.getAttribute('aria-label'))})"""
 
 # After a resize: two animation frames, so that scripts reacting to it have run.
 SETTLE_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"

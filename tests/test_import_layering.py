@@ -22,7 +22,7 @@ import sys
 import pytest
 
 SPECIFICATION = ("mha.attention", "mha.params", "mha.kv_cache", "mha.masks", "mha.tiled",
-                 "mha.cost")  # fmt: skip
+                 "mha.cost", "mha.mla", "mha.paged_cache", "mha.quant_cache")  # fmt: skip
 TOP = ("mha.convert", "mha.gqa_pooling", "mha.draw", "mha.translator", "mha.bench",
        "mha.exercises")  # fmt: skip
 
@@ -55,6 +55,15 @@ RULES = {
     "import mha.translator": ("matplotlib", "mha.draw", "mha.bench", "mha.exercises",
                               *SPECIFICATION),
     "import mha.draw": ("torch", "mha.translator", "mha.bench"),
+    "import mha; mha.mla_steps; mha.PagedKVCache; mha.QuantizedKVCache": (
+        "torch", "matplotlib", *TOP),
+    # The compressed caches in torch: their own code, beside the torch KV cache and
+    # module they plug into, never the specification's.
+    "import mha.mla_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                             "mha.modules", "mha.layers", "mha.transformer"),
+    "import mha.paged_cache_torch; import mha.quant_cache_torch": (
+        "matplotlib", *SPECIFICATION, "mha.positional", *TOP, "mha.layers",
+        "mha.transformer"),
 }  # fmt: skip
 
 

@@ -455,9 +455,10 @@ def test_every_character_the_site_can_show_is_in_its_cut_font(served_site):
 @pytest.mark.parametrize("page_path", ["book/notebooks/09_positions_and_tiles.html",
                                        f"{ZH}/book/notebooks/09_positions_and_tiles.html"])
 def test_the_sites_own_scripts_write_in_the_pages_language(visit, page_path):
-    """The words table-scroll.js and figure-zoom.js add (the phone's scroll hint, the
-    name of a box that scrolls, the full-size link's title) are Chinese in the Chinese
-    edition and English in the English one."""
+    """The words table-scroll.js, figure-zoom.js and toggle-label.js add (the phone's
+    scroll hint, the name of a box that scrolls, the full-size link's title, the name
+    of a solution's toggle) are Chinese in the Chinese edition and English in the
+    English one."""
     words = visit(page_path).facts["words"]
     assert all(words.values()), f"{page_path}: some kind of word is missing: {words}"
     chinese = [bool(re.search(r"[\u4e00-\u9fff]", w)) for kind in words.values() for w in kind]
@@ -615,3 +616,20 @@ def test_chinese_pages_keep_the_spacing_rule():
     left = {page: found for page in ZH_PAGES
             if (found := editions.spacing_problems((HTML / page).read_text(encoding="utf-8")))}
     assert not left, sorted(left.items())[:5]
+
+
+def test_emphasis_on_chinese_text_is_not_slanted():
+    """Every emphasis on Chinese text of a Chinese page is marked for the edition's
+    style sheet, which draws it upright with dots under the characters."""
+    if not ZH_PAGES:
+        _missing("no Chinese edition built: run `make book` first")
+    plain = [(page, m) for page in ZH_PAGES
+             for m in re.findall(r"<em>([^<]*[\u4e00-\u9fff][^<]*)</em>",
+                                 (HTML / page).read_text(encoding="utf-8"))]
+    assert not plain, plain[:5]
+    marked = sum((HTML / page).read_text("utf-8").count('<em class="han-emphasis">')
+                 for page in ZH_PAGES)
+    assert marked > 100, marked
+    css = (ROOT / "book" / "_static" / "editions.css").read_text(encoding="utf-8")
+    rule = re.search(r"em\.han-emphasis \{([^}]*)\}", css)
+    assert rule and "font-style: normal" in rule.group(1) and "text-emphasis" in rule.group(1)

@@ -259,6 +259,18 @@ def test_the_spacing_rule_is_read_from_the_page_as_shown():
     assert problems("<pre>x = 1  # 查询q</pre><p>好</p>") == []
 
 
+def test_a_comment_is_translated_alike_on_every_page():
+    """The same code comment (the set-up cell's, a shape's note) reads the same on
+    every Chinese page."""
+    seen: dict[str, dict[str, list[str]]] = {}
+    for doc in DECLARED:
+        for m in read_catalog(LOCALE / "LC_MESSAGES" / f"{doc}.po"):
+            if m.id and m.string and any("code comment" in c for c in m.auto_comments):
+                seen.setdefault(m.id, {}).setdefault(m.string, []).append(doc)
+    differ = {msgid: ways for msgid, ways in seen.items() if len(ways) > 1}
+    assert not differ, sorted(differ.items())[:5]
+
+
 def test_comments_are_found_translated_and_wrapped_as_said():
     from tools import comments
 
@@ -274,8 +286,9 @@ def test_comments_are_found_translated_and_wrapped_as_said():
         "an indented remark here"]  # a shape is not a message
     message = [comments.is_message(comments.Unit(0, 0, 0, True, text, 0)) for text in (
         "(B, Hkv, T, Dh)", "(S, Dh) @ (Dh,) -> (S,)", "noqa: E501 two words",
-        "2. split: (B, L, D) -> (B, H, L, Dh)", "(sentence, its noun, the other noun)")]
-    assert message == [False, False, False, True, True]
+        "2. split: (B, L, D) -> (B, H, L, Dh)", "(sentence, its noun, the other noun)",
+        "prefill")]
+    assert message == [False, False, False, True, True, True]
     long = "把模型的宽度拆成多个头（每个头一份），每个头只看 Dh 列。" * 3
     table = {"the queries, one per token": "查询，每个词元一个",
              "Split the width into heads:\neach head sees Dh columns.": long}
@@ -284,6 +297,8 @@ def test_comments_are_found_translated_and_wrapped_as_said():
     assert comment_problems(code, table) == []
     block = [line for line in local.splitlines() if line.startswith("# ")]
     assert len(block) > 2 and all(comments.width(line) <= comments.WRAP for line in block)
+    # Balanced: no short last line ("词" / "元" on a line of its own).
+    assert min(map(comments.width, block)) > comments.WRAP // 2, block
     # Never a closing mark first on a line, never an opening one last, never "Dh" split.
     assert not [line for line in block[1:] if line[2] in comments.NO_START]
     assert not [line for line in block if line[-1] in comments.NO_END]

@@ -4,10 +4,10 @@ the code it shows, and nothing else.
 A *unit* is one thing a translator translates: a block of whole-line comments (one or
 more ``#`` lines at the same column, one after another) or a comment after code on its
 line. Its message is the comments' text without the ``#`` (the lines of a block joined
-by newlines). A unit is a message when it says something in words (two or more words
-of two letters or more, shapes left out; or a numbered step's name, ``# 2. split:``);
-a shape such as ``# (B, Hkv, T, Dh)`` and a tool's directive (``# noqa: E501``) stay
-as they are.
+by newlines). A unit is a message when it says something in words (a word of two
+letters or more outside a shape: ``# prefill``, ``# 2. split: (B, L, D) -> ...``); a
+shape such as ``# (B, Hkv, T, Dh)`` and a tool's directive (``# noqa: E501``) stay as
+they are.
 
 ``tools.editions.gettext`` adds each page's units to its template (as it adds alt
 text), and the Chinese edition's pages replace them in the code they show
@@ -15,7 +15,7 @@ text), and the Chinese edition's pages replace them in the code they show
 token, with other comments (``tests/test_translations.py`` proves it for every cell).
 A translated block is wrapped to fit the width the English block had (at least
 ``WRAP`` columns, a Chinese character counting two), so its lines fit where the
-English ones did.
+English ones did, and balanced, so that no line holds a lone character.
 """
 
 from __future__ import annotations
@@ -100,8 +100,6 @@ def units(code: str) -> list[Unit]:
 # A shape or an index in brackets, every item one token: code, not words. A bracket
 # holding words, "(sentence, its noun, the other noun)", is words.
 BRACKETS = re.compile(r"\(([^()]*)\)|\[([^\[\]]*)\]")
-# A numbered step's name, "2. split: ...", says something even in one word.
-STEP = re.compile(r"^\d+\.\s+[A-Za-z]{2,}[A-Za-z ]*:")
 
 
 def words(text: str) -> list[str]:
@@ -114,9 +112,7 @@ def words(text: str) -> list[str]:
 
 
 def is_message(unit: Unit) -> bool:
-    if DIRECTIVE.match(unit.text):
-        return False
-    return len(words(unit.text)) >= 2 or bool(STEP.match(unit.text))
+    return bool(words(unit.text)) and not DIRECTIVE.match(unit.text)
 
 
 def messages(code: str) -> list[str]:
@@ -153,6 +149,21 @@ def wrap(text: str, columns: int) -> list[str]:
     return ["".join(pieces_).rstrip() for pieces_ in lines]
 
 
+def balanced(text: str, columns: int) -> list[str]:
+    """``text`` wrapped to ``columns``, then to the narrowest width that needs no more
+    lines: the lines come out about as long as each other, and no last line holds a
+    lone character ("词" / "元")."""
+    lines = wrap(text, columns)
+    if len(lines) < 2:
+        return lines
+    narrowest = columns
+    for narrower in range(columns - 1, columns // 2, -1):
+        if len(wrap(text, narrower)) > len(lines):
+            break
+        narrowest = narrower
+    return wrap(text, narrowest)
+
+
 def translate(code: str, table: dict[str, str]) -> str:
     """``code`` with each comment unit whose message ``table`` translates replaced:
     a block by the translation's lines (each wrapped to the English block's width, or
@@ -170,7 +181,7 @@ def translate(code: str, table: dict[str, str]) -> str:
         indent = lines[unit.first][:unit.column]
         room = max(unit.width, WRAP) - width(indent) - 2
         new = [indent + ("# " + piece if piece else "#")
-               for paragraph in local.split("\n") for piece in wrap(paragraph, room)]
+               for paragraph in local.split("\n") for piece in balanced(paragraph, room)]
         lines[unit.first:unit.last + 1] = new
     return "\n".join(lines)
 

@@ -111,6 +111,7 @@ LABELS = {
         "Show code cell content": "显示代码单元",
         "Hide code cell content": "隐藏代码单元",
         # A work without a date (sphinxcontrib-bibtex writes "n.d.", "n.d.-a").
+        ", n.d.-": ", 无日期 ",
         ", n.d.": ", 无日期",
     },
 }
@@ -155,6 +156,8 @@ def translate_attribute_labels(app, exception) -> None:
         new = ATTRIBUTE.sub(local, text)
         for pattern, replacement in FOOTER.get(edition(app), ()):
             new = pattern.sub(replacement, new)
+        # Everywhere on the page: the article, and the section titles of its sidebar.
+        new = HAN_EMPHASIS.sub(r'<em class="han-emphasis">\1</em>', new)
         if new != text:
             page.write_text(new, encoding="utf-8")
 
@@ -183,10 +186,10 @@ HAN_EMPHASIS = re.compile(r"<em>([^<]*[\u3400-\u4dbf\u4e00-\u9fff][^<]*)</em>")
 
 
 # A citation that names its authors in the sentence ({cite:t}: "Jain and Wallace
-# [2019]", "Brown et al. [2020]") names them the Chinese way: Jain 和 Wallace, Brown 等.
+# [2019]", "Brown et al. [2020]") names them the Chinese way: Jain 和 Wallace, Brown 等人.
 CITED_AUTHORS = re.compile(
     r'(<span id="id\d+">)([^<\[]+)( \[<a class="reference internal" href="[^"]*references\.html#)')
-AUTHOR_WORDS = {"zh_CN": {" and ": " 和 ", " et al.": " 等"}}
+AUTHOR_WORDS = {"zh_CN": {" and ": " 和 ", " et al.": " 等人"}}
 
 
 def translate_labels(app, pagename, templatename, context, doctree) -> None:
@@ -198,8 +201,6 @@ def translate_labels(app, pagename, templatename, context, doctree) -> None:
         if edition(app) in SOLUTION_TITLE:
             pattern, order = SOLUTION_TITLE[edition(app)]
             body = pattern.sub(order, body)
-        if edition(app) != "en":
-            body = HAN_EMPHASIS.sub(r'<em class="han-emphasis">\1</em>', body)
         if edition(app) in AUTHOR_WORDS:
             words = AUTHOR_WORDS[edition(app)]
 
