@@ -30,6 +30,14 @@ from typing import Any
 import numpy as np
 
 from ._attention import _sdpa_cases, _sdpa_mistakes
+from ._ch10_compressed_cache import (
+    _compressed_cache_row_sums,
+    _compressed_cache_row_sums_cases,
+    _compressed_cache_row_sums_mistakes,
+    _compressed_cache_scale,
+    _compressed_cache_scale_cases,
+    _compressed_cache_scale_mistakes,
+)
 from ._core import _Exercise, _judge, _Returns
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
 from ._inference import (
@@ -338,6 +346,26 @@ _EXERCISES: dict[str, _Exercise] = {
         "l' = e^(1 - 3) + 1.",
         reference=_merge_tiles,
         chapter="09_positions_and_tiles",
+    ),
+    # SCAFFOLD: 10_compressed_cache's checkers as `make chapter` laid them out; replace
+    # them with the chapter's own.
+    "compressed_cache_row_sums": _Exercise(
+        _compressed_cache_row_sums_cases,
+        ("the sums",),
+        "0 to 2 batch axes, more keys than queries and fewer",
+        _compressed_cache_row_sums_mistakes(),
+        "Add up one row of weights by hand.",
+        reference=_compressed_cache_row_sums,
+        chapter="10_compressed_cache",
+    ),
+    "compressed_cache_scale": _Exercise(
+        _compressed_cache_scale_cases,
+        ("the scaled scores",),
+        "head_dim 4, 9 and 64",
+        _compressed_cache_scale_mistakes(),
+        "Scale one score by hand: q . k / sqrt(head_dim).",
+        reference=_compressed_cache_scale,
+        chapter="10_compressed_cache",
     ),
 }
 
