@@ -16,6 +16,9 @@ Import as ``from mha import draw``. Every function returns a
 - weights as heatmaps: :func:`attention_heatmaps`, :func:`attention_grid`
 - the model: :func:`transformer_figure`
 - inference: :func:`kv_cache_figure`, :func:`grouped_heads_figure`
+- compressed caches: :func:`absorbed_attention_figure` (multi-head latent
+  attention's absorbed form, one head), :func:`paged_cache_figure` (a paged pool
+  and its block tables)
 - FlashAttention: :func:`tiles_figure` (which tiles :func:`mha.flash_attention`
   computed, in which order), :func:`online_softmax_figure` (one row's running max
   and sum, tile by tile)
@@ -32,6 +35,7 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 """
 
 from mha.draw.alibi import alibi_figure
+from mha.draw.compressed import absorbed_attention_figure, paged_cache_figure
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.inference import grouped_heads_figure, kv_cache_figure
 from mha.draw.lengths import length_curves, length_curves_figure
@@ -55,6 +59,7 @@ __all__ = [
     "MaskPanel",
     "RefLine",
     "Series",
+    "absorbed_attention_figure",
     "alibi_figure",
     "alt_text",
     "attention_grid",
@@ -76,6 +81,7 @@ __all__ = [
     "one_word_figure",
     "online_softmax_figure",
     "padding_mask_figure",
+    "paged_cache_figure",
     "rope_figure",
     "split_heads_figure",
     "tensor_grid",

@@ -31,12 +31,12 @@ import numpy as np
 
 from ._attention import _sdpa_cases, _sdpa_mistakes
 from ._ch10_compressed_cache import (
-    _compressed_cache_row_sums,
-    _compressed_cache_row_sums_cases,
-    _compressed_cache_row_sums_mistakes,
-    _compressed_cache_scale,
-    _compressed_cache_scale_cases,
-    _compressed_cache_scale_mistakes,
+    _absorbed_query,
+    _absorbed_query_cases,
+    _absorbed_query_mistakes,
+    _quantize_per_channel,
+    _quantize_per_channel_cases,
+    _quantize_per_channel_mistakes,
 )
 from ._core import _Exercise, _judge, _Returns
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
@@ -347,24 +347,24 @@ _EXERCISES: dict[str, _Exercise] = {
         reference=_merge_tiles,
         chapter="09_positions_and_tiles",
     ),
-    # SCAFFOLD: 10_compressed_cache's checkers as `make chapter` laid them out; replace
-    # them with the chapter's own.
-    "compressed_cache_row_sums": _Exercise(
-        _compressed_cache_row_sums_cases,
-        ("the sums",),
-        "0 to 2 batch axes, more keys than queries and fewer",
-        _compressed_cache_row_sums_mistakes(),
-        "Add up one row of weights by hand.",
-        reference=_compressed_cache_row_sums,
+    "absorbed_query": _Exercise(
+        _absorbed_query_cases,
+        ("the absorbed query",),
+        "one decoding step, a batch, one head, Rkv smaller than Dn, float32",
+        _absorbed_query_mistakes(),
+        "For one head, compare (q_in @ W_uq_h) @ (latent @ W_uk_h).T with your "
+        "query @ latent.T on a small random latent.",
+        reference=_absorbed_query,
         chapter="10_compressed_cache",
     ),
-    "compressed_cache_scale": _Exercise(
-        _compressed_cache_scale_cases,
-        ("the scaled scores",),
-        "head_dim 4, 9 and 64",
-        _compressed_cache_scale_mistakes(),
-        "Scale one score by hand: q . k / sqrt(head_dim).",
-        reference=_compressed_cache_scale,
+    "quantize_per_channel": _Exercise(
+        _quantize_per_channel_cases,
+        ("the dequantised keys",),
+        "8, 4, 3 and 2 bits, an outlier channel, a channel of zeros, float32",
+        _quantize_per_channel_mistakes(),
+        "Quantise one channel of 3 tokens, [1, -2, 0.5], to 2 bits by hand: scale 2, "
+        "codes 0, -1, 0.",
+        reference=_quantize_per_channel,
         chapter="10_compressed_cache",
     ),
 }
