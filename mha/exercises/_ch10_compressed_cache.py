@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mha.mla import MLAParams, absorb
-from mha.quant_cache import dequantize, quantize
+import mha
 
 from ._core import _Case, _label, _Mistake
 
@@ -52,14 +51,6 @@ def _absorbed_not_folded(q_in: Any, W_uq: Any, W_uk: Any, num_heads: int) -> np.
     return q  # (B, H, T, Dn): the position-free query, W_uk left out
 
 
-def _absorbed_uk_first(q_in: Any, W_uq: Any, W_uk: Any, num_heads: int) -> np.ndarray:
-    # W_uk's head split taken over its rows (Rkv) instead of its columns
-    W_uk = np.asarray(W_uk)
-    rkv, cols = W_uk.shape
-    w_uk = W_uk.T.reshape(num_heads, cols // num_heads, rkv)  # (H, Dn, Rkv)
-    return np.asarray(q_in)[:, None] @ (_per_head(np.asarray(W_uq), num_heads) @ w_uk)
-
-
 def _absorbed_query_mistakes() -> tuple[_Mistake, ...]:
     return (
         _Mistake(
@@ -79,12 +70,6 @@ def _absorbed_query_mistakes() -> tuple[_Mistake, ...]:
             "The result is the position-free query (B, H, T, Dn): W_uk was not folded "
             "in, so it cannot be scored against the latent.",
             "q_nope . k_nope = (q W_uq_h)(c W_uk_h)^T: move W_uk_h^T onto the query side.",
-        ),
-        _Mistake(
-            _absorbed_uk_first,
-            "W_uk was transposed before its heads were split: each head read rows of "
-            "W_uk^T that mix heads.",
-            "Split W_uk (Rkv, H*Dn) into heads first, then transpose each (Rkv, Dn).",
         ),
     )
 
@@ -109,11 +94,11 @@ def _absorbed_query_cases(rng: np.random.Generator) -> list[_Case]:
 
 def _absorbed_query_matches_mha() -> bool:
     """The reference agrees with mha.mla.absorb (used by the tests)."""
-    p = MLAParams.init(6, 2, kv_lora_rank=4, qk_nope_head_dim=3, qk_rope_head_dim=2,
+    p = mha.MLAParams.init(6, 2, kv_lora_rank=4, qk_nope_head_dim=3, qk_rope_head_dim=2,
                        v_head_dim=3, q_lora_rank=5)
     q_in = np.random.default_rng(0).normal(size=(1, 3, 5))
     return bool(np.allclose(_absorbed_query(q_in, p.W_uq, p.W_uk, 2),
-                            q_in[:, None] @ absorb(p).W_uq_uk))
+                            q_in[:, None] @ mha.absorb(p).W_uq_uk))
 
 
 # --------------------------------------------------------------------------- quantize_per_channel
@@ -122,7 +107,7 @@ def _absorbed_query_matches_mha() -> bool:
 def _quantize_per_channel(k: Any, bits: int) -> np.ndarray:
     """Symmetric quantisation with one scale per channel over all S tokens, dequantised:
     (..., S, Dh) -> (..., S, Dh)."""
-    return dequantize(quantize(k, bits, axis=-2, symmetric=True))
+    return mha.dequantize(mha.quantize(k, bits, axis=-2, symmetric=True))
 
 
 def _model(*, axis: int = -2, top: str = "symmetric", rounding: Any = np.round,
