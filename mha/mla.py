@@ -203,7 +203,7 @@ class MLAParams:
     down-projection into a latent, U for an up-projection out of one, R for the RoPE
     part. Hugging Face fuses some of them (``kv_a_proj_with_mqa = [W_dkv | W_kr]``,
     ``kv_b_proj`` = ``W_uk`` and ``W_uv`` interleaved per head, ``q_b_proj`` =
-    ``W_uq`` and ``W_qr`` interleaved per head); ``tests/test_mla_hf.py`` splits them.
+    ``W_uq`` and ``W_qr`` interleaved per head); ``tests/test_hf_oracles.py`` splits them.
 
     Attributes
     ----------

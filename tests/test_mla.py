@@ -2,7 +2,7 @@
 module (mha.mla_torch), the absorbed form against the plain form, cached decoding
 against the full forward, both RoPE layouts, with and without a query latent, and the
 arguments each refuses. Hugging Face's DeepSeek-V3 attention is the outside oracle, in
-tests/test_mla_hf.py."""
+tests/test_hf_oracles.py."""
 
 from __future__ import annotations
 

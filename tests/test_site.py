@@ -601,8 +601,9 @@ def test_no_chinese_page_shows_an_english_interface_string():
     undated = [page for page in ZH_PAGES if ", n.d." in (HTML / page).read_text("utf-8")]
     # Authors named in a sentence ({cite:t}) are joined the Chinese way (Jain 和 Wallace).
     joined = [m for page in ZH_PAGES for m in re.findall(
-        r'<span id="id\d+">([^<\[]+) \[<a', (HTML / page).read_text("utf-8"))]
-    assert "Jain 和 Wallace" in joined and not [m for m in joined if " and " in m], joined
+        r'<span id="id\d+">((?:[^<\[]|</?em>)+) \[<a', (HTML / page).read_text("utf-8"))]
+    assert "Jain 和 Wallace" in joined and "Kobayashi 等人" in joined, joined
+    assert not [m for m in joined if " and " in m or "et al." in m], joined
     assert not undated and "无日期" in (HTML / f"{ZH}/book/references.html").read_text("utf-8")
 
 

@@ -297,6 +297,9 @@ def test_comments_are_found_translated_and_wrapped_as_said():
     assert comment_problems(code, table) == []
     block = [line for line in local.splitlines() if line.startswith("# ")]
     assert len(block) > 2 and all(comments.width(line) <= comments.WRAP for line in block)
+    # A line ends a phrase where it can: after Chinese punctuation, else at a space.
+    assert comments.wrap("甲乙丙丁戊己庚辛，壬癸子丑寅卯辰巳午未", 20)[0].endswith("，")
+    assert comments.balanced("(S,) < (B, 1)：s < lengths[b] 时是真实词元", 30)[1].startswith("s < ")
     # Balanced: no short last line ("词" / "元" on a line of its own).
     assert min(map(comments.width, block)) > comments.WRAP // 2, block
     # Never a closing mark first on a line, never an opening one last, never "Dh" split.

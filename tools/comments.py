@@ -126,23 +126,46 @@ def pieces(text: str) -> list[str]:
     return re.findall(r"\s+|[^\s\u2e80-\uffef]+|[\u2e80-\uffef]", text)
 
 
+# Chinese punctuation after which a line breaks best (a phrase ends there).
+BREAK_AFTER = set("，、；：。！？）」”")
+
+
+def good_break(line: list[str], columns: int) -> int | None:
+    """Where to end a full line so that it ends a phrase: after the last Chinese
+    punctuation mark, else at the last space, as long as the line keeps at least 60%
+    of ``columns``; None if there is no such place."""
+    for good in (lambda i: line[i - 1][-1] in BREAK_AFTER, lambda i: line[i].isspace()):
+        for i in range(len(line) - 1, 0, -1):
+            if width("".join(line[:i]).rstrip()) < 0.5 * columns:
+                break
+            if good(i):
+                return i
+    return None
+
+
 def wrap(text: str, columns: int) -> list[str]:
-    """``text`` in lines of at most ``columns`` (where it can), broken between wide
-    characters or at spaces, never inside a word, never before a closing mark and never
-    after an opening one."""
+    """``text`` in lines of at most ``columns`` (where it can), broken after a phrase's
+    punctuation or at a space where one is near the end of the line, else between wide
+    characters; never inside a word, never before a closing mark and never after an
+    opening one."""
     lines: list[list[str]] = []
     line: list[str] = []
     for piece in pieces(text):
         if line and not piece.isspace() and width("".join(line + [piece])) > columns:
             carried: list[str] = []
-            # A closing mark takes the piece before it along; an opening mark goes
-            # down with what it opens.
-            if piece[0] in NO_START and len(line) > 1:
-                carried.insert(0, line.pop())
-            while len(line) > 1 and line[-1][-1] in NO_END:
-                carried.insert(0, line.pop())
+            if (at := good_break(line, columns)) is not None:
+                carried, line = line[at:], line[:at]
+            else:
+                # A closing mark takes the piece before it along; an opening mark
+                # goes down with what it opens.
+                if piece[0] in NO_START and len(line) > 1:
+                    carried.insert(0, line.pop())
+                while len(line) > 1 and line[-1][-1] in NO_END:
+                    carried.insert(0, line.pop())
             lines.append(line)
-            line = [p for p in carried if not p.isspace()] if carried else []
+            while carried and carried[0].isspace():
+                carried.pop(0)
+            line = carried
         if line or not piece.isspace():
             line.append(piece)
     lines.append(line)
@@ -150,18 +173,21 @@ def wrap(text: str, columns: int) -> list[str]:
 
 
 def balanced(text: str, columns: int) -> list[str]:
-    """``text`` wrapped to ``columns``, then to the narrowest width that needs no more
-    lines: the lines come out about as long as each other, and no last line holds a
-    lone character ("词" / "元")."""
+    """``text`` wrapped to ``columns`` or narrower, in no more lines than at
+    ``columns``: of those widths, the one whose lines end most often on a phrase's
+    punctuation, then the one whose shortest line is longest (no lone "元" on the last
+    line)."""
     lines = wrap(text, columns)
     if len(lines) < 2:
         return lines
-    narrowest = columns
-    for narrower in range(columns - 1, columns // 2, -1):
-        if len(wrap(text, narrower)) > len(lines):
-            break
-        narrowest = narrower
-    return wrap(text, narrowest)
+
+    def quality(candidate: list[str]) -> tuple[int, int]:
+        ends = sum(line[-1] in BREAK_AFTER for line in candidate[:-1] if line)
+        return ends, min(width(line) for line in candidate)
+
+    candidates = [c for w in range(columns, columns // 2, -1)
+                  if len(c := wrap(text, w)) == len(lines)]
+    return max(candidates, key=quality)
 
 
 def translate(code: str, table: dict[str, str]) -> str:

@@ -188,8 +188,9 @@ HAN_EMPHASIS = re.compile(r"<em>([^<]*[\u3400-\u4dbf\u4e00-\u9fff][^<]*)</em>")
 # A citation that names its authors in the sentence ({cite:t}: "Jain and Wallace
 # [2019]", "Brown et al. [2020]") names them the Chinese way: Jain 和 Wallace, Brown 等人.
 CITED_AUTHORS = re.compile(
-    r'(<span id="id\d+">)([^<\[]+)( \[<a class="reference internal" href="[^"]*references\.html#)')
-AUTHOR_WORDS = {"zh_CN": {" and ": " 和 ", " et al.": " 等人"}}
+    r'(<span id="id\d+">)((?:[^<\[]|</?em>)+)'
+    r'( \[<a class="reference internal" href="[^"]*references\.html#)')
+AUTHOR_WORDS = {"zh_CN": {" and ": " 和 ", " <em>et al.</em>": " 等人", " et al.": " 等人"}}
 
 
 def translate_labels(app, pagename, templatename, context, doctree) -> None:
