@@ -126,6 +126,7 @@ _SPECIFICATION = {
         "rms_norm",
     ],
     "mha.paged_cache": [
+        "EMPTY",
         "MemoryWaste",
         "PagedKVCache",
         "PagedSequence",

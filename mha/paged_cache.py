@@ -32,7 +32,14 @@ from mha.attention import kv_head_index, scaled_dot_product_attention
 from mha.kv_cache import KVCache
 from mha.masks import causal_mask
 
-__all__ = ["MemoryWaste", "PagedKVCache", "PagedSequence", "memory_waste", "paged_attention"]
+__all__ = [
+    "EMPTY",
+    "MemoryWaste",
+    "PagedKVCache",
+    "PagedSequence",
+    "memory_waste",
+    "paged_attention",
+]
 
 EMPTY = -1  # the owner of a free slot in :meth:`PagedKVCache.occupancy`
 

@@ -782,3 +782,182 @@ def test_an_empty_cache_is_a_case(capsys) -> None:
     assert verdict is False and "an empty cache" in out
 
 
+
+
+# --------------------------------------------------------------------------- chapter 10
+# Their own tables: CORRECT and MISTAKES above are read when the tests above are defined.
+
+
+def absorbed_loops(q_in, W_uq, W_uk, num_heads):
+    """Head by head: (q_in @ W_uq_h) @ W_uk_h^T, the product left to right."""
+    dn = W_uq.shape[1] // num_heads
+    heads = []
+    for h in range(num_heads):
+        cols = slice(h * dn, (h + 1) * dn)
+        heads.append(np.einsum("btn,rn->btr", q_in @ W_uq[:, cols], W_uk[:, cols]))
+    return np.stack(heads, axis=1)
+
+
+def absorbed_torch(q_in, W_uq, W_uk, num_heads):
+    q_in, W_uq, W_uk = map(torch.from_numpy, (q_in, W_uq, W_uk))
+    uq = W_uq.unflatten(1, (num_heads, -1))  # (Rq, H, Dn)
+    uk = W_uk.unflatten(1, (num_heads, -1))  # (Rkv, H, Dn)
+    return torch.einsum("btq,qhn,rhn->bhtr", q_in, uq, uk)
+
+
+def absorbed_variant(split="blocks", fold=True, one_for_all=False):
+    """``split="strided"``: head h takes columns h, h + H, ...; ``fold=False``: W_uk left
+    out; ``one_for_all``: one product over all heads' columns, given to every head."""
+    def candidate(q_in, W_uq, W_uk, num_heads):
+        if one_for_all:
+            return np.stack([q_in @ W_uq @ W_uk.T] * num_heads, axis=1)
+        dn = W_uq.shape[1] // num_heads
+        heads = []
+        for h in range(num_heads):
+            cols = slice(h, None, num_heads) if split == "strided" else slice(h * dn,
+                                                                            (h + 1) * dn)
+            q = q_in @ W_uq[:, cols]
+            heads.append(q @ W_uk[:, cols].T if fold else q)
+        return np.stack(heads, axis=1)
+
+    return candidate
+
+
+def per_channel_loops(k, bits):
+    """Channel by channel over the last two axes, in Python floats."""
+    k = np.asarray(k)
+    out = np.empty_like(k)
+    top = 2 ** (bits - 1) - 1
+    for index in np.ndindex(*k.shape[:-2]):
+        for c in range(k.shape[-1]):
+            column = k[index][:, c]
+            spread = max(abs(float(v)) for v in column)
+            scale = spread / top if spread else 1.0
+            out[index][:, c] = [round(float(v) / scale) * scale for v in column]
+    return out
+
+
+def per_channel_torch(k, bits):
+    """torch.round rounds half to even, as np.round; a zero channel keeps scale 0 but
+    is divided by a clamped scale, so it stays 0."""
+    k = torch.from_numpy(np.asarray(k))
+    scale = k.abs().amax(dim=-2, keepdim=True) / (2 ** (bits - 1) - 1)
+    return torch.round(k / scale.clamp_min(torch.finfo(k.dtype).tiny)) * scale
+
+
+def per_channel_variant(dim=-2, top=None, rounding=np.round, guard=True):
+    """``top(bits)``: the largest code; ``dim=None``: one scale for the whole array."""
+    def candidate(k, bits):
+        k = np.asarray(k)
+        largest = (2 ** (bits - 1) - 1) if top is None else top(bits)
+        spread = np.abs(k).max() if dim is None else np.abs(k).max(axis=dim, keepdims=True)
+        if guard:
+            spread = np.where(spread == 0, 1.0, spread)
+        scale = spread / largest
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (rounding(k / scale) * scale).astype(k.dtype)
+
+    return candidate
+
+
+CORRECT_10 = [
+    ("absorbed_query", absorbed_loops),
+    ("absorbed_query", absorbed_torch),
+    ("absorbed_query", absorbed_variant()),
+    ("absorbed_query", lambda q_in, W_uq, W_uk, num_heads:
+        q_in[:, None] @ mha.absorb(_absorbable(W_uq, W_uk, num_heads)).W_uq_uk),
+    ("quantize_per_channel", per_channel_loops),
+    ("quantize_per_channel", per_channel_torch),
+    ("quantize_per_channel", per_channel_variant()),
+    ("quantize_per_channel", lambda k, bits: mha.dequantize(
+        mha.quantize(k, bits, axis=-2, symmetric=True))),
+]
+
+
+def _absorbable(W_uq, W_uk, num_heads):
+    """MLAParams holding these W_uq, W_uk (the rest of any shape that fits), so that
+    mha.absorb folds them."""
+    import dataclasses
+
+    rq, dn = W_uq.shape[0], W_uq.shape[1] // num_heads
+    params = mha.MLAParams.init(3, num_heads, kv_lora_rank=W_uk.shape[0], q_lora_rank=rq,
+                                qk_nope_head_dim=dn, qk_rope_head_dim=2, v_head_dim=1)
+    return dataclasses.replace(params, W_uq=W_uq, W_uk=W_uk)
+
+
+MISTAKES_10: dict[str, dict[str, tuple[Callable, str]]] = {
+    "absorbed_query": {
+        "strided heads": (absorbed_variant(split="strided"), "The heads are split as a tile"),
+        "one for all": (absorbed_variant(one_for_all=True), "Every head got the same query"),
+        "not folded": (absorbed_variant(fold=False), "W_uk was not folded in"),
+    },
+    "quantize_per_channel": {
+        "per token": (per_channel_variant(dim=-1), "Per token: each token got one scale"),
+        "per tensor": (per_channel_variant(dim=None), "One scale for the whole array"),
+        "2**(bits-1)": (per_channel_variant(top=lambda b: 2 ** (b - 1)),
+                        "The largest code is 2**(bits - 1)"),
+        "unsigned": (per_channel_variant(top=lambda b: 2**b - 1), "the unsigned range"),
+        # k / scale is within a rounding error of a code at each channel's largest
+        # entry: truncating it is told apart only written as the model writes it.
+        "truncated": (per_channel_variant(rounding=lambda a: a.astype(int)),
+                      "truncated toward zero"),
+        "nan": (per_channel_variant(guard=False), "A channel that is zero in every token"),
+    },
+}
+
+
+@pytest.mark.parametrize(("name", "candidate"), CORRECT_10,
+                         ids=lambda c: getattr(c, "__name__", c))
+def test_chapter_10_correct_unusual_answers_pass(capsys, name: str, candidate: Callable) -> None:
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is True, out
+    assert out.startswith(f"{name}: correct on ")
+
+
+@pytest.mark.parametrize(
+    ("name", "mistake"), [(name, m) for name, table in MISTAKES_10.items() for m in table]
+)
+def test_chapter_10_each_mistake_gets_its_own_message(capsys, name: str, mistake: str) -> None:
+    candidate, phrase = MISTAKES_10[name][mistake]
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is False
+    assert "Likely mistake: " in out and phrase in out, out
+    others = [other for other, (_, p) in MISTAKES_10[name].items() if p != phrase and p in out]
+    assert not others, f"{mistake} also printed the diagnosis of {others}: {out}"
+    assert "[" not in out.split("Likely mistake")[1]  # no array is ever printed
+
+
+def test_chapter_10_checkers_are_all_tested_here() -> None:
+    assert set(MISTAKES_10) == {name for name, _ in CORRECT_10} == set(
+        exercises.names("10_compressed_cache"))
+    assert not set(MISTAKES_10) & set(MISTAKES)  # each chapter's checkers in one table
+
+
+def test_absorbed_query_is_what_scores_the_latent() -> None:
+    """The absorbed query against the latent gives the position-free scores of the
+    plain form: q_nope_h . k_nope_h, from mha.mla_steps, in every head."""
+    params = mha.MLAParams.init(6, 3, kv_lora_rank=4, q_lora_rank=5, qk_nope_head_dim=2,
+                                qk_rope_head_dim=2, v_head_dim=2, seed=8)
+    x = np.random.default_rng(8).normal(size=(2, 4, 6))
+    steps = mha.mla_steps(x, params)
+    query = exercises._EXERCISES["absorbed_query"].reference(
+        steps.q_latent, params.W_uq, params.W_uk, 3)  # (B, H, T, Rkv)
+    nope_scores = steps.q_nope @ steps.k_nope.swapaxes(-1, -2)  # (B, H, T, S)
+    np.testing.assert_allclose(query @ steps.latent[:, None].swapaxes(-1, -2), nope_scores,
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_quantize_per_channel_is_torchs_fake_quantisation(bits) -> None:
+    """torch's per-channel fake quantisation, codes -(2**(bits-1) - 1) .. 2**(bits-1) - 1
+    and zero point 0, gives the same keys (float32, as torch computes it)."""
+    k = np.random.default_rng(9).normal(size=(3, 10, 4)).astype(np.float32)
+    k[..., 2] *= 20  # an outlier channel
+    top = 2 ** (bits - 1) - 1
+    scale = np.abs(k).max(axis=-2) / top  # (3, 4): one per channel of each head
+    theirs = torch.fake_quantize_per_channel_affine(
+        torch.from_numpy(k).transpose(0, 1).reshape(10, 12),  # (S, heads * channels)
+        torch.from_numpy(scale.ravel()), torch.zeros(12, dtype=torch.int32), 1, -top, top)
+    ours = exercises._EXERCISES["quantize_per_channel"].reference(k, bits)
+    np.testing.assert_allclose(ours, theirs.reshape(10, 3, 4).transpose(0, 1).numpy(),
+                               rtol=1e-6, atol=1e-6 * float(scale.max()))

@@ -41,6 +41,11 @@ def _grid(x: np.ndarray, title: str, decimals: int, *, h: int | None = None,
                 row_labels=rows, col_labels=cols)
 
 
+def _count(n: int, noun: str) -> str:
+    """``"1 block"``, ``"2 blocks"``: ``n`` and ``noun``, plural unless ``n`` is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def absorbed_attention_figure(
     x: Any,
     params: MLAParams,
@@ -200,17 +205,18 @@ def paged_cache_figure(
         tables.append(Grid(
             face=np.broadcast_to(np.array(colour[s]), (*ids.shape, 4)).copy(),
             text=ids.astype(str).astype(object),
-            title=f"{names[s]}: {cache.lengths[s]} positions",
+            title=f"{names[s]}: {_count(cache.lengths[s], 'position')}",
             title_color=head_text_color(i)))
     free = cache.num_free_blocks
-    rows: list = [Caption(f"{len(seq_ids)} sequences in {cache.num_blocks} blocks, "
-                          f"{free} free"), [pool]]
+    rows: list = [Caption(f"{_count(len(seq_ids), 'sequence')} in "
+                          f"{_count(cache.num_blocks, 'block')}, {free} free"), [pool]]
     rows.append(Caption("block tables: block ids in order of position"))
     rows.extend([t] for t in tables)
     fig, _ = compose(rows)
     return set_alt_text(
         fig,
-        f"A pool of {cache.num_blocks} blocks of {cache.block_size} slots, each slot "
-        f"coloured by the sequence whose position it holds ({len(seq_ids)} sequences, "
-        f"{free} blocks free), and below it each sequence's block table.",
+        f"A pool of {_count(cache.num_blocks, 'block')} of "
+        f"{_count(cache.block_size, 'slot')}, each slot coloured by the sequence whose "
+        f"position it holds ({_count(len(seq_ids), 'sequence')}, "
+        f"{_count(free, 'block')} free), and below it each sequence's block table.",
     )
