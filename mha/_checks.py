@@ -66,6 +66,37 @@ def check_non_negative_int(value: object, name: str) -> int:
     return int(value)
 
 
+def check_seq_id(seq_id: object) -> int:
+    """A paged cache's sequence id: a non-negative integer (not a bool)."""
+    if isinstance(seq_id, bool) or not isinstance(seq_id, numbers.Integral) or seq_id < 0:
+        raise ValueError(f"seq_id must be a non-negative integer, got {seq_id!r}")
+    return int(seq_id)
+
+
+# How a quantised cache groups heads (..., S, Dh): the axis a group runs along.
+PER = {"token": -1, "channel": -2}
+
+
+def check_bits(bits: object) -> int:
+    bits = check_positive_int(bits, "bits")
+    if not 2 <= bits <= 8:
+        raise ValueError(f"bits must be between 2 and 8 (8, 4 and 2 are usual), got {bits}")
+    return bits
+
+
+def check_per(per: object, name: str) -> int:
+    """'token' or 'channel' (a key in :data:`PER`), as the axis it groups along."""
+    if per not in PER:
+        raise ValueError(f"{name} must be 'token' or 'channel', got {per!r}")
+    return PER[per]
+
+
+def check_symmetric(symmetric: object) -> bool:
+    if not isinstance(symmetric, bool):
+        raise ValueError(f"symmetric must be True or False, got {symmetric!r}")
+    return symmetric
+
+
 def check_divisible(d_model: int, num_heads: int) -> int:
     """Return ``head_dim = d_model // num_heads``; reject a remainder."""
     num_heads = check_positive_int(num_heads, "num_heads")

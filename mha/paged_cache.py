@@ -21,13 +21,18 @@ sequence's cached length, ``block_size`` positions per block.
 from __future__ import annotations
 
 import heapq
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from mha._checks import as_float_array, check_ndim, check_non_negative_int, check_positive_int
+from mha._checks import (
+    as_float_array,
+    check_ndim,
+    check_non_negative_int,
+    check_positive_int,
+    check_seq_id,
+)
 from mha.attention import kv_head_index, scaled_dot_product_attention
 from mha.kv_cache import KVCache
 from mha.masks import causal_mask
@@ -42,12 +47,6 @@ __all__ = [
 ]
 
 EMPTY = -1  # the owner of a free slot in :meth:`PagedKVCache.occupancy`
-
-
-def _check_seq_id(seq_id: object) -> int:
-    if isinstance(seq_id, bool) or not isinstance(seq_id, numbers.Integral) or seq_id < 0:
-        raise ValueError(f"seq_id must be a non-negative integer, got {seq_id!r}")
-    return int(seq_id)
 
 
 class PagedKVCache:
@@ -107,7 +106,7 @@ class PagedKVCache:
         return -(-check_non_negative_int(length, "length") // self.block_size)
 
     def _known(self, seq_id: object) -> int:
-        seq_id = _check_seq_id(seq_id)
+        seq_id = check_seq_id(seq_id)
         if seq_id not in self.block_tables:
             raise ValueError(
                 f"seq_id={seq_id} is not in the cache (sequences held: {sorted(self.block_tables)})"
@@ -133,7 +132,7 @@ class PagedKVCache:
             All the sequence's heads now stored, as :meth:`gather` reads them (as
             :meth:`mha.KVCache.append` returns them).
         """
-        seq_id = _check_seq_id(seq_id)
+        seq_id = check_seq_id(seq_id)
         k_heads = as_float_array(k_heads, "k_heads")
         v_heads = as_float_array(v_heads, "v_heads")
         check_ndim(k_heads, 3, "k_heads", "(Hkv, S_new, Dh)")
@@ -201,7 +200,7 @@ class PagedKVCache:
     def sequence(self, seq_id: int) -> PagedSequence:
         """One sequence of the pool as a :class:`mha.KVCache` with ``B = 1``, for
         :func:`mha.multi_head_attention_steps`'s ``cache=``."""
-        return PagedSequence(pool=self, seq_id=_check_seq_id(seq_id))
+        return PagedSequence(pool=self, seq_id=check_seq_id(seq_id))
 
     def occupancy(self) -> np.ndarray:
         """The pool as a picture: ``(num_blocks, block_size)`` ints, the id of the sequence

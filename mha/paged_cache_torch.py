@@ -14,24 +14,17 @@ sequence's cached length, ``block_size`` positions per block.
 from __future__ import annotations
 
 import heapq
-import numbers
 
 import torch
 from torch import Tensor
 
-from mha._checks import check_non_negative_int, check_positive_int
+from mha._checks import check_non_negative_int, check_positive_int, check_seq_id
 from mha.kv_cache_torch import KVCache
 from mha.modules import kv_head_index
 
 __all__ = ["PagedKVCache", "PagedSequence", "paged_attention"]
 
 EMPTY = -1  # the owner of a free slot in :meth:`PagedKVCache.occupancy`
-
-
-def _check_seq_id(seq_id: object) -> int:
-    if isinstance(seq_id, bool) or not isinstance(seq_id, numbers.Integral) or seq_id < 0:
-        raise ValueError(f"seq_id must be a non-negative integer, got {seq_id!r}")
-    return int(seq_id)
 
 
 class PagedKVCache:
@@ -83,7 +76,7 @@ class PagedKVCache:
         return -(-check_non_negative_int(length, "length") // self.block_size)
 
     def _known(self, seq_id: object) -> int:
-        seq_id = _check_seq_id(seq_id)
+        seq_id = check_seq_id(seq_id)
         if seq_id not in self.block_tables:
             raise ValueError(
                 f"seq_id={seq_id} is not in the cache (sequences held: {sorted(self.block_tables)})"
@@ -100,7 +93,7 @@ class PagedKVCache:
         """Store ``(Hkv, S_new, Dh)`` new key and value heads of one sequence after its
         cached ones; return all its heads, ``(Hkv, S, Dh)`` each. Blocks are taken only
         when needed; too few free ones raise ValueError before anything is written."""
-        seq_id = _check_seq_id(seq_id)
+        seq_id = check_seq_id(seq_id)
         for name, x in (("k_heads", k_heads), ("v_heads", v_heads)):
             if not isinstance(x, Tensor) or not x.is_floating_point():
                 raise ValueError(f"{name} must be a floating-point Tensor, got {type(x)}")
@@ -158,7 +151,7 @@ class PagedKVCache:
     def sequence(self, seq_id: int) -> PagedSequence:
         """One sequence as a :class:`mha.kv_cache_torch.KVCache` (``B = 1``), for
         :class:`mha.modules.MultiHeadAttention`'s ``cache=``."""
-        return PagedSequence(self, _check_seq_id(seq_id))
+        return PagedSequence(self, check_seq_id(seq_id))
 
     def occupancy(self) -> Tensor:
         """``(num_blocks, block_size)`` long: the sequence id each slot holds a position
@@ -179,7 +172,7 @@ class PagedSequence(KVCache):
         if not isinstance(pool, PagedKVCache):
             raise ValueError(f"pool must be a torch PagedKVCache, got {type(pool).__name__}")
         super().__init__()
-        self.pool, self.seq_id = pool, _check_seq_id(seq_id)
+        self.pool, self.seq_id = pool, check_seq_id(seq_id)
 
     @property
     def length(self) -> int:

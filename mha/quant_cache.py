@@ -48,7 +48,15 @@ from typing import Any
 
 import numpy as np
 
-from mha._checks import as_float_array, check_non_negative_int, check_positive_int
+from mha._checks import (
+    PER,
+    as_float_array,
+    check_bits,
+    check_non_negative_int,
+    check_per,
+    check_positive_int,
+    check_symmetric,
+)
 from mha.attention import kv_head_index, scaled_dot_product_attention
 from mha.kv_cache import KVCache
 
@@ -63,28 +71,6 @@ __all__ = [
     "quantize",
     "relative_error",
 ]
-
-PER = {"token": -1, "channel": -2}  # heads (..., S, Dh): the axis a group runs along
-
-
-def _check_bits(bits: object) -> int:
-    bits = check_positive_int(bits, "bits")
-    if not 2 <= bits <= 8:
-        raise ValueError(f"bits must be between 2 and 8 (8, 4 and 2 are usual), got {bits}")
-    return bits
-
-
-def _check_per(per: object, name: str) -> int:
-    if per not in PER:
-        raise ValueError(f"{name} must be 'token' or 'channel', got {per!r}")
-    return PER[per]
-
-
-def _check_symmetric(symmetric: object) -> bool:
-    if not isinstance(symmetric, bool):
-        raise ValueError(f"symmetric must be True or False, got {symmetric!r}")
-    return symmetric
-
 
 @dataclass(frozen=True, eq=False)
 class Quantized:
@@ -152,8 +138,8 @@ def quantize(
     Quantized
     """
     x = as_float_array(x, "x")
-    bits = _check_bits(bits)
-    symmetric = _check_symmetric(symmetric)
+    bits = check_bits(bits)
+    symmetric = check_symmetric(symmetric)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -x.ndim <= axis < x.ndim:
         raise ValueError(f"axis must be an int naming one of x's {x.ndim} axes, got {axis!r}")
     axis %= x.ndim
@@ -214,11 +200,11 @@ class QuantizedHeads:
     """
 
     def __init__(self, bits: int, per: str, group_size: int, symmetric: bool, residual: int):
-        self.bits = _check_bits(bits)
-        self.axis = _check_per(per, "per")
+        self.bits = check_bits(bits)
+        self.axis = check_per(per, "per")
         self.per = per
         self.group_size = check_positive_int(group_size, "group_size")
-        self.symmetric = _check_symmetric(symmetric)
+        self.symmetric = check_symmetric(symmetric)
         self.residual = check_non_negative_int(residual, "residual")
         self.chunks: list[Quantized] = []
         self.recent: np.ndarray | None = None
@@ -314,8 +300,8 @@ class QuantizedKVCache(KVCache):
                 "a QuantizedKVCache starts empty and does not roll: pass neither window "
                 "nor k_heads/v_heads"
             )
-        _check_per(self.key_per, "key_per")
-        _check_per(self.value_per, "value_per")
+        check_per(self.key_per, "key_per")
+        check_per(self.value_per, "value_per")
         self.keys = QuantizedHeads(
             self.bits, self.key_per, self.group_size, self.symmetric, self.residual
         )

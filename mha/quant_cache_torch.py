@@ -18,7 +18,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mha._checks import check_non_negative_int, check_positive_int
+from mha._checks import (
+    PER,
+    check_bits,
+    check_non_negative_int,
+    check_per,
+    check_positive_int,
+    check_symmetric,
+)
 from mha.kv_cache_torch import KVCache
 from mha.modules import kv_head_index
 
@@ -33,28 +40,6 @@ __all__ = [
     "quantize",
     "relative_error",
 ]
-
-PER = {"token": -1, "channel": -2}  # heads (..., S, Dh): the dim a group runs along
-
-
-def _check_bits(bits: object) -> int:
-    bits = check_positive_int(bits, "bits")
-    if not 2 <= bits <= 8:
-        raise ValueError(f"bits must be between 2 and 8 (8, 4 and 2 are usual), got {bits}")
-    return bits
-
-
-def _check_per(per: object, name: str) -> int:
-    if per not in PER:
-        raise ValueError(f"{name} must be 'token' or 'channel', got {per!r}")
-    return PER[per]
-
-
-def _check_symmetric(symmetric: object) -> bool:
-    if not isinstance(symmetric, bool):
-        raise ValueError(f"symmetric must be True or False, got {symmetric!r}")
-    return symmetric
-
 
 def _check_float(x: object, name: str) -> Tensor:
     if not isinstance(x, Tensor) or not x.is_floating_point():
@@ -90,8 +75,8 @@ def quantize(
     """Quantise ``x`` in groups of ``group_size`` consecutive entries along ``axis``
     (default: the whole axis); see :func:`mha.quant_cache.quantize`."""
     x = _check_float(x, "x")
-    bits = _check_bits(bits)
-    symmetric = _check_symmetric(symmetric)
+    bits = check_bits(bits)
+    symmetric = check_symmetric(symmetric)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -x.dim() <= axis < x.dim():
         raise ValueError(f"axis must be an int naming one of x's {x.dim()} dims, got {axis!r}")
     axis %= x.dim()
@@ -144,11 +129,11 @@ class QuantizedHeads:
     precision: :class:`mha.quant_cache.QuantizedHeads` in torch."""
 
     def __init__(self, bits: int, per: str, group_size: int, symmetric: bool, residual: int):
-        self.bits = _check_bits(bits)
-        self.axis = _check_per(per, "per")
+        self.bits = check_bits(bits)
+        self.axis = check_per(per, "per")
         self.per = per
         self.group_size = check_positive_int(group_size, "group_size")
-        self.symmetric = _check_symmetric(symmetric)
+        self.symmetric = check_symmetric(symmetric)
         self.residual = check_non_negative_int(residual, "residual")
         self.chunks: list[Quantized] = []
         self.recent: Tensor | None = None
@@ -213,8 +198,8 @@ class QuantizedKVCache(KVCache):
         residual: int = 0,
     ):
         super().__init__()
-        _check_per(key_per, "key_per")
-        _check_per(value_per, "value_per")
+        check_per(key_per, "key_per")
+        check_per(value_per, "value_per")
         self.bits, self.key_per, self.value_per = bits, key_per, value_per
         self.group_size, self.symmetric, self.residual = group_size, symmetric, residual
         self.keys = QuantizedHeads(bits, key_per, group_size, symmetric, residual)
