@@ -326,3 +326,16 @@ def test_a_failed_scaffold_leaves_the_book_as_it_was(tmp_path, monkeypatch):
         chapter.new(chapter.NewChapter(free_name(), "A demo chapter"), root, say=lambda _: None)
     after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert after == before
+
+
+@pytest.mark.plumbing
+def test_chapter_check_lints_the_chapter_as_make_test_does():
+    """A chapter's check runs ruff on its notebook (make test's first stage would
+    otherwise be the first to see an unsorted import), with or without the site."""
+    from tools import chapter
+
+    for site in (False, True):
+        commands = [stage.command for lane in chapter.stages("01_notation", site)
+                    for stage in lane]
+        lint = [c for c in commands if Path(c[0]).name == "ruff"]
+        assert lint and "book/notebooks/01_notation.ipynb" in lint[0], commands

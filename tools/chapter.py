@@ -155,16 +155,19 @@ def stages(name: str, site: bool) -> list[list[Stage]]:
         path for path in CHECKER_FILES
         if any(f'"{check}"' in (ROOT / path).read_text() for check in exercises.names(name)))]
     notebook = Stage("notebook", [py, "-m", "tools.nbtools", "compare", name])
+    # The chapter's notebook and the package, as make test's ruff stage lints them.
+    lint = Stage("lint", [str(Path(py).parent / "ruff"), "check", "mha", "tests", "tools",
+                          f"book/notebooks/{name}.ipynb"])
     tests = Stage("tests", [py, "-m", "pytest", "-q", "--chapter", name, *skip,
                             "-p", "no:playwright", "-p", "no:base_url",
                             "-m", "not browser", "-k", f"not {SLOW_WORKBOOK}", *files])
     if not site:
-        return [[notebook], [tests]]
+        return [[notebook], [lint, tests]]
     build = Stage("site-build", ["make", "--no-print-directory", "site-build"])
     browser = Stage("browser", [py, "-m", "pytest", "-q", *skip, "tests/test_site.py",
                                 "-m", "browser", "-k", name], after_success=True)
     # The build is the longest stage: it starts first, and the browser waits for it.
-    return [[build, browser], [notebook, tests]]
+    return [[build, browser], [lint, notebook, tests]]
 
 
 def _run_lane(lane: list[Stage], results: dict[str, tuple[int | None, float, str]],
