@@ -227,6 +227,7 @@ async () => {
   document.body.getBoundingClientRect();  // lay out what MathJax wrote: its fonts load
   await document.fonts.ready;
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return !!document.querySelector('meta[http-equiv="refresh" i]');  // it leads on
 }
 """
 
@@ -261,19 +262,22 @@ def _watch(page, local_origin: str) -> list[str]:
 
 def _load(page, url: str) -> None:
     """Open ``url`` and wait until it is ready (READY_JS); a page that sends the reader
-    on at once (the front door) is followed to where it leads."""
+    on (the front door's ``<meta http-equiv="Refresh">``) is followed to where it leads,
+    and waited for there: the refresh may fire before or after the first page is ready."""
     from playwright.sync_api import Error
 
     page.goto(url, wait_until="load", timeout=60_000)
     for _ in range(3):
         try:
-            page.evaluate(READY_JS)
-            return
+            if not page.evaluate(READY_JS):
+                return
+            here = page.url
+            page.wait_for_url(lambda now, here=here: now != here, wait_until="load", timeout=60_000)
         except Error as error:  # the page moved on while it was being asked
             if "context was destroyed" not in str(error) and "null" not in str(error):
                 raise
             page.wait_for_load_state("load", timeout=60_000)
-    page.evaluate(READY_JS)
+    raise AssertionError(f"{url} kept sending the reader on: now at {page.url}")
 
 
 def check_page(

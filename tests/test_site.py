@@ -331,6 +331,28 @@ def test_contrast_is_measured_once_per_style_and_every_failure_is_still_found(de
     assert measured["light"] == first_styles  # what failed is not taken for measured
 
 
+@pytest.mark.parametrize("delay", ["0", "1"])
+def test_a_page_that_sends_the_reader_on_is_followed_whenever_it_moves(desktop, tmp_path,
+                                                                        delay):
+    """The front door's refresh may fire before or after the door itself is ready (a CI
+    run once examined the door while it was leaving): the visit ends on the page it
+    leads to, ready, either way."""
+    head = '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{}</title>'
+    (tmp_path / "door.html").write_text(
+        head.format("Door") + f'<meta http-equiv="Refresh" content="{delay}; url=room.html">'
+        '</head><body><p><a href="room.html">Room</a></p></body></html>')
+    (tmp_path / "room.html").write_text(
+        head.format("Room") + "</head><body><main><h1>Room</h1></main></body></html>")
+    with site_check.serve(tmp_path) as origin:
+        page = desktop.new_page()
+        try:
+            site_check._load(page, f"{origin}/door.html")
+            assert page.url == f"{origin}/room.html"
+            assert page.evaluate("document.title") == "Room"
+        finally:
+            page.close()
+
+
 # --- the Chinese edition (issue 26) --------------------------------------------------
 
 
