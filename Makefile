@@ -167,8 +167,12 @@ checks: setup
 
 # tests/durations.json: what each work unit took in the last `make test` (the scheduler
 # starts the costliest first). Run after `make test` when the book has changed a lot.
+# The units the last run measured replace their old times; the others are kept (a run
+# of a few tests once replaced the whole file with one unit).
 durations:
-	cp _build/durations.json tests/durations.json
+	$(PY) -c 'import json, pathlib; f = pathlib.Path("tests/durations.json"); \
+		times = {**json.loads(f.read_text()), **json.loads(pathlib.Path("_build/durations.json").read_text())}; \
+		f.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")'
 
 # Neither the unit tests nor the stored outputs may depend on the CPU: both again, as
 # if on two other CPUs.
