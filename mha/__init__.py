@@ -7,15 +7,18 @@ only those below it:
 * the specification, NumPy only (no torch, no matplotlib): :mod:`mha.attention`
   (softmax, heads, attention step by step, the grouped-query head mapping),
   :mod:`mha.params` (the weights), :mod:`mha.kv_cache`, :mod:`mha.masks`,
-  :mod:`mha.positional` (sinusoidal, RoPE, ALiBi), :mod:`mha.tiled` (attention tile by
-  tile), :mod:`mha.cost` (what a KV cache costs and saves), and the compressed caches:
+  :mod:`mha.positional` (sinusoidal, RoPE, ALiBi, T5's bias), :mod:`mha.rope_scaling`
+  (RoPE past its training length), :mod:`mha.tiled` (attention tile by tile),
+  :mod:`mha.backward` (the gradients of attention, by hand),
+  :mod:`mha.cost` (what a KV cache costs and saves), and the compressed caches:
   :mod:`mha.mla` (multi-head latent attention and its latent cache),
   :mod:`mha.paged_cache` (blocks and block tables) and :mod:`mha.quant_cache` (keys
   and values in 8, 4 or 2 bits);
 * beside it, the PyTorch layers: :mod:`mha.modules` (``MultiHeadAttention``),
-  :mod:`mha.kv_cache_torch`, :mod:`mha.positional_torch` (RoPE, ALiBi),
-  :mod:`mha.layers` (feed-forward, encoder and decoder layers), :mod:`mha.masks_torch`
-  (the masks in torch), :mod:`mha.transformer`, and :mod:`mha.mla_torch`,
+  :mod:`mha.kv_cache_torch`, :mod:`mha.positional_torch` (RoPE, ALiBi, T5's bias),
+  :mod:`mha.rope_scaling_torch`, :mod:`mha.layers` (feed-forward, encoder and decoder
+  layers), :mod:`mha.masks_torch` (the masks in torch), :mod:`mha.transformer`, and
+  :mod:`mha.mla_torch`,
   :mod:`mha.paged_cache_torch`, :mod:`mha.quant_cache_torch`. They never import the
   specification's attention, so that the tests comparing the two compare independent
   code; the one import across is the models' sinusoidal table, data read from
@@ -90,8 +93,29 @@ _SPECIFICATION = {
         "apply_rope",
         "rope_permutation",
         "sinusoidal_positional_encoding",
+        "t5_relative_bias",
+        "t5_relative_position_bucket",
     ],
     "mha.tiled": ["RowHistory", "TileStep", "TileTrace", "flash_attention", "peak_memory_bytes"],
+    "mha.rope_scaling": [
+        "ScaledRope",
+        "rope_default",
+        "rope_dynamic_ntk",
+        "rope_linear",
+        "rope_llama3",
+        "rope_ntk",
+        "rope_yarn",
+        "yarn_mscale",
+    ],
+    "mha.backward": [
+        "AttentionGradients",
+        "attention_backward",
+        "flash_attention_backward",
+        "merge_heads_backward",
+        "multi_head_attention_backward",
+        "softmax_backward",
+        "split_heads_backward",
+    ],
     "mha.cost": [
         "CACHE_TABLE_MODELS",
         "DEEPSEEK_V2",
@@ -101,6 +125,9 @@ _SPECIFICATION = {
         "PUBLISHED_MODELS",
         "PublishedMLAModel",
         "PublishedModel",
+        "attention_backward_bytes",
+        "attention_backward_macs",
+        "attention_macs",
         "cache_bytes_per_token",
         "cached_values_per_token",
         "decode_macs_with_cache",

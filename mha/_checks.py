@@ -225,3 +225,67 @@ def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
             f"k and v must have the same length S (one value per key), got k {k.shape} "
             f"and v {v.shape}"
         )
+
+
+def check_real(value: object, name: str, low: float, *, strict: bool = True) -> float:
+    """Return ``value`` as a finite ``float > low`` (``>= low`` unless ``strict``); a
+    ``bool`` is rejected."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = np.isfinite(value) and (value > low if strict else value >= low)
+    if not ok:
+        relation = ">" if strict else ">="
+        raise ValueError(f"{name} must be a finite number {relation} {low:g}, got {value!r}")
+    return value
+
+
+def check_rope_scaling(head_dim: object, base: object, factor: object) -> tuple[int, float, float]:
+    """``(head_dim, base, factor)`` of a RoPE stretched past its training length: an even
+    rotary width, a base ``> 1`` (the frequencies must fall from pair to pair) and a
+    factor ``>= 1`` (1 leaves RoPE as trained; below 1 would shrink the context)."""
+    head_dim = check_positive_int(head_dim, "head_dim")
+    if head_dim % 2:
+        raise ValueError(
+            f"head_dim must be even (RoPE rotates pairs of dimensions), got {head_dim}"
+        )
+    return head_dim, check_real(base, "base", 1.0), check_real(factor, "factor", 1.0, strict=False)
+
+
+def check_ordered(low: float, low_name: str, high: float, high_name: str) -> None:
+    """Require ``low < high``, naming both."""
+    if not low < high:
+        raise ValueError(
+            f"{low_name} must be smaller than {high_name}, got {low_name}={low!r} "
+            f"and {high_name}={high!r}"
+        )
+
+
+def check_t5_buckets(
+    num_buckets: object, max_distance: object, bidirectional: object
+) -> tuple[int, int]:
+    """T5's bucket layout: ``(buckets per direction, max_exact)``.
+
+    ``num_buckets`` is split in two halves for a bidirectional model (keys before and
+    after the query); within each, ``max_exact = half // 2`` buckets hold one distance
+    each and the rest grow logarithmically up to ``max_distance``, so ``max_exact``
+    must be at least 1 and ``max_distance`` larger than it.
+    """
+    if not isinstance(bidirectional, bool):
+        raise ValueError(f"bidirectional must be True or False, got {bidirectional!r}")
+    num_buckets = check_positive_int(num_buckets, "num_buckets")
+    max_distance = check_positive_int(max_distance, "max_distance")
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = per_direction // 2
+    if max_exact < 1:
+        least = 4 if bidirectional else 2
+        raise ValueError(
+            f"num_buckets must be at least {least} (bidirectional="
+            f"{bidirectional}), got {num_buckets}"
+        )
+    if max_distance <= max_exact:
+        raise ValueError(
+            f"max_distance={max_distance} must exceed the {max_exact} exact "
+            f"buckets (num_buckets={num_buckets}, bidirectional={bidirectional})"
+        )
+    return per_direction, max_exact

@@ -30,6 +30,7 @@ from mha._checks import (
     as_bool_mask,
     as_float_array,
     check_ndim,
+    check_non_negative_int,
     check_positive_int,
     check_queries_and_keys,
 )
@@ -73,13 +74,22 @@ def causal_mask(size: int, num_keys: int | None = None) -> np.ndarray:
     return np.tril(np.ones((size, num_keys), dtype=bool), k=num_keys - size)
 
 
-def sliding_window_mask(size: int, window: int, num_keys: int | None = None) -> np.ndarray:
-    """Sliding-window ("local") causal mask: a band of ``window`` keys per query.
+def sliding_window_mask(
+    size: int, window: int, num_keys: int | None = None, *, num_sinks: int = 0
+) -> np.ndarray:
+    """Sliding-window ("local") causal mask: a band of ``window`` keys per query, and
+    optionally the first ``num_sinks`` positions too.
 
     Query ``t`` may attend to its own position and to the ``window - 1`` positions just
     before it, nothing earlier and nothing later. Stacked layers still pass information
     further back, one window per layer, while each layer attends to (and a rolling
     :class:`mha.KVCache` stores) at most ``window`` keys per query.
+
+    Attention sinks (StreamingLLM, Xiao et al., 2024): trained language models put much
+    of their attention on the first few tokens whatever they say, a place to leave the
+    weight no key deserves. A window that has slid past those tokens takes that place
+    away, and the model breaks down; keeping the first ``num_sinks`` positions visible
+    to every later query (4 in the paper) keeps it working far past the window.
 
     Parameters
     ----------
@@ -91,20 +101,27 @@ def sliding_window_mask(size: int, window: int, num_keys: int | None = None) -> 
     num_keys : int, optional
         ``S >= T``, the number of keys, when the queries are the *last* ``T`` of ``S``
         positions (as in :func:`causal_mask`). Default ``T``.
+    num_sinks : int
+        Keyword only, ``>= 0``: keys ``0 .. num_sinks - 1`` stay visible to every
+        query at or after them. Default 0, the plain band.
 
     Returns
     -------
     np.ndarray of bool, shape (T, S)
-        ``True`` where ``0 <= (S - T + t) - s < window``: query ``t`` sits at position
-        ``S - T + t`` and key ``s`` is at most ``window - 1`` positions behind it. The
-        band is aligned to the bottom right. Broadcasts against ``(B, H, T, S)``.
+        ``True`` where ``0 <= (S - T + t) - s < window``, or where ``s < num_sinks``
+        and ``s <= S - T + t``: query ``t`` sits at position ``S - T + t`` and key
+        ``s`` is at most ``window - 1`` positions behind it, or is a sink before it. The
+        band is aligned to the bottom right. Broadcasts against ``(B, H, T, S)``. With
+        sinks, a rolling :class:`mha.KVCache` ``(window, num_sinks)`` keeps the sinks
+        and the band: the same mask over its kept keys is the mask over all of them.
     """
     size, num_keys = check_queries_and_keys(size, num_keys)
     window = check_positive_int(window, "window")
+    num_sinks = check_non_negative_int(num_sinks, "num_sinks")
     query_pos = np.arange(num_keys - size, num_keys)[:, None]  # (T, 1)
     key_pos = np.arange(num_keys)[None, :]  # (1, S)
     distance = query_pos - key_pos  # (T, 1) - (1, S) -> (T, S): how far back each key is
-    return (distance >= 0) & (distance < window)
+    return (distance >= 0) & ((distance < window) | (key_pos < num_sinks))
 
 
 def padding_mask(

@@ -1,6 +1,7 @@
 """Attention masks in PyTorch: the torch twin of :mod:`mha.masks`, for the models.
 
-The causal mask, and the masks of ``(B, L)`` token-id tensors, so that a model builds
+The causal mask, the sliding window (with attention sinks), and the masks of ``(B, L)``
+token-id tensors, so that a model builds
 its masks on the tokens' device without a NumPy round trip. Same convention: ``True`` =
 may attend. Written again here, not imported: the tests compare the two.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mha._checks import check_queries_and_keys
+from mha._checks import check_non_negative_int, check_positive_int, check_queries_and_keys
 
-__all__ = ["causal_mask", "check_token_ids", "source_mask", "target_mask"]
+__all__ = ["causal_mask", "check_token_ids", "sliding_window_mask", "source_mask", "target_mask"]
 
 
 def causal_mask(
@@ -37,6 +38,34 @@ def causal_mask(
     size, num_keys = check_queries_and_keys(size, num_keys)
     ones = torch.ones(size, num_keys, dtype=torch.bool, device=device)  # (T, S)
     return ones.tril(diagonal=num_keys - size)
+
+
+def sliding_window_mask(
+    size: int,
+    window: int,
+    num_keys: int | None = None,
+    *,
+    num_sinks: int = 0,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Sliding-window mask with optional attention sinks, as ``mha.sliding_window_mask``:
+    query ``t`` (at position ``S - T + t``) may attend to the ``window`` positions ending
+    at itself, and to the first ``num_sinks`` positions up to itself.
+
+    Returns
+    -------
+    Tensor
+        ``(T, S)`` bool, aligned to the bottom right; broadcasts against ``(B, H, T, S)``.
+    """
+    size, num_keys = check_queries_and_keys(size, num_keys)
+    window = check_positive_int(window, "window")
+    num_sinks = check_non_negative_int(num_sinks, "num_sinks")
+    queries = torch.arange(num_keys - size, num_keys, device=device)  # (T,)
+    keys = torch.arange(num_keys, device=device)  # (S,)
+    behind = queries[:, None] - keys[None, :]  # (T, 1) - (1, S) -> (T, S): how far back
+    in_band = (behind >= 0) & (behind < window)  # (T, S)
+    sink = (keys < num_sinks)[None, :] & (behind >= 0)  # (1, S) & (T, S) -> (T, S)
+    return in_band | sink
 
 
 def source_mask(src: Tensor, pad_id: int) -> Tensor:

@@ -30,7 +30,6 @@ Masks: boolean, True = may attend.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +42,12 @@ from mha._checks import (
     check_ndim,
     check_non_negative_int,
     check_positive_int,
+    check_real,
 )
 from mha.attention import softmax
 from mha.masks import causal_mask
 from mha.positional import apply_rope, rope_permutation
+from mha.rope_scaling import yarn_mscale
 
 __all__ = [
     "ROPE_LAYOUTS",
@@ -65,18 +66,6 @@ __all__ = [
 ]
 
 ROPE_LAYOUTS = ("interleaved", "rotate_half")
-
-
-def _check_real(value: object, name: str, low: float, *, strict: bool = True) -> float:
-    """``value`` as a finite float ``> low`` (``>= low`` unless ``strict``)."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if ok:
-        value = float(value)
-        ok = math.isfinite(value) and (value > low if strict else value >= low)
-    if not ok:
-        relation = ">" if strict else ">="
-        raise ValueError(f"{name} must be a finite number {relation} {low}, got {value!r}")
-    return value
 
 
 def mla_softmax_scale(
@@ -115,11 +104,11 @@ def mla_softmax_scale(
     head = check_positive_int(qk_nope_head_dim, "qk_nope_head_dim") + check_positive_int(
         qk_rope_head_dim, "qk_rope_head_dim"
     )
-    factor = _check_real(yarn_factor, "yarn_factor", 0.0)
-    mscale_all_dim = _check_real(mscale_all_dim, "mscale_all_dim", 0.0, strict=False)
+    factor = check_real(yarn_factor, "yarn_factor", 0.0)
+    mscale_all_dim = check_real(mscale_all_dim, "mscale_all_dim", 0.0, strict=False)
     scale = 1.0 / math.sqrt(head)
     if factor > 1.0 and mscale_all_dim > 0.0:
-        mscale = 0.1 * mscale_all_dim * math.log(factor) + 1.0
+        mscale = yarn_mscale(factor, mscale_all_dim)
         scale = scale * mscale * mscale
     return scale
 
@@ -149,7 +138,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6) -> np.ndarray:
             f"weight must have shape (R,) matching x's last dim, got x {x.shape} and "
             f"weight {weight.shape}"
         )
-    eps = _check_real(eps, "eps", 0.0)
+    eps = check_real(eps, "eps", 0.0)
     mean_square = np.mean(x * x, axis=-1, keepdims=True)  # (..., 1)
     return x / np.sqrt(mean_square + eps) * weight
 
@@ -259,11 +248,11 @@ class MLAParams:
             raise ValueError(f"qk_rope_head_dim must be even (RoPE turns pairs), got {dr}")
         if self.rope_layout not in ROPE_LAYOUTS:
             raise ValueError(f"rope_layout must be one of {ROPE_LAYOUTS}, got {self.rope_layout!r}")
-        self.rope_base = _check_real(self.rope_base, "rope_base", 0.0)
-        self.eps = _check_real(self.eps, "eps", 0.0)
+        self.rope_base = check_real(self.rope_base, "rope_base", 0.0)
+        self.eps = check_real(self.eps, "eps", 0.0)
         if self.softmax_scale is None:
             self.softmax_scale = mla_softmax_scale(dn, dr)
-        self.softmax_scale = _check_real(self.softmax_scale, "softmax_scale", 0.0)
+        self.softmax_scale = check_real(self.softmax_scale, "softmax_scale", 0.0)
         if (self.W_dq is None) != (self.q_norm is None):
             raise ValueError("W_dq and q_norm must both be arrays (a query latent) or both None")
         for name in _WEIGHT_NAMES:

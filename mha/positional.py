@@ -1,4 +1,4 @@
-"""Where a token is: three ways to tell attention about positions.
+"""Where a token is: four ways to tell attention about positions.
 
 * :func:`sinusoidal_positional_encoding`: a fixed sine/cosine signal added to the token
   embeddings (Vaswani et al., 2017, section 3.5);
@@ -7,10 +7,15 @@
   are (:func:`rope_permutation` relates its two pairing conventions);
 * :func:`alibi_slopes` and :func:`alibi_bias`: attention with linear biases, ALiBi
   (Press et al., 2022), which adds ``-slope * distance`` to the scaled scores, one slope
-  per head (``mha.scaled_dot_product_attention(..., score_bias=)``).
+  per head (``mha.scaled_dot_product_attention(..., score_bias=)``);
+* :func:`t5_relative_position_bucket` and :func:`t5_relative_bias`: T5's relative
+  position bias (Raffel et al., 2020), a learned bias per head and per *bucket* of
+  distances, exact for near keys and logarithmically coarser for far ones, added to the
+  scores like ALiBi's.
 
-All three use the same kind of numbers: the RoPE angles are those of the sinusoidal
-table, and ALiBi needs no table at all.
+The first three use the same kind of numbers: the RoPE angles are those of the
+sinusoidal table, and ALiBi needs no table at all. T5 learns its table. RoPE stretched
+past the length it was trained on lives in :mod:`mha.rope_scaling`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from mha._checks import as_float_array, check_positive_int, check_queries_and_keys
+from mha._checks import (
+    as_float_array,
+    check_ndim,
+    check_positive_int,
+    check_queries_and_keys,
+    check_t5_buckets,
+)
 
 __all__ = [
     "alibi_bias",
@@ -28,6 +39,8 @@ __all__ = [
     "apply_rope",
     "rope_permutation",
     "sinusoidal_positional_encoding",
+    "t5_relative_bias",
+    "t5_relative_position_bucket",
 ]
 
 
@@ -98,7 +111,28 @@ def _check_positions(positions: Any, lead: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-def apply_rope(x: Any, positions: Any, base: float = 10000.0) -> np.ndarray:
+def _check_inv_freq(inv_freq: Any, head_dim: int, base: float) -> np.ndarray:
+    """``inv_freq`` as ``Dh/2`` finite non-negative float64 frequencies, given without a
+    ``base`` of its own (the default is the only one accepted)."""
+    if base != 10000.0:
+        raise ValueError(
+            f"base={base!r} is not used with inv_freq: give it to the function that "
+            "computes the frequencies (mha.rope_scaling)"
+        )
+    frequencies = as_float_array(inv_freq, "inv_freq").astype(np.float64)
+    if frequencies.shape != (head_dim // 2,):
+        raise ValueError(
+            f"inv_freq must have shape (Dh/2,) = ({head_dim // 2},), one frequency per pair "
+            f"of x's Dh = {head_dim} dimensions, got shape {frequencies.shape}"
+        )
+    if not np.all(np.isfinite(frequencies) & (frequencies >= 0)):
+        raise ValueError(f"inv_freq must be finite and >= 0, got {frequencies}")
+    return frequencies
+
+
+def apply_rope(
+    x: Any, positions: Any, base: float = 10000.0, *, inv_freq: Any | None = None
+) -> np.ndarray:
     """Rotary position embedding (RoPE, Su et al., 2021): rotate pairs of dimensions by
     an angle proportional to the position.
 
@@ -133,6 +167,12 @@ def apply_rope(x: Any, positions: Any, base: float = 10000.0) -> np.ndarray:
         with a cache. At least the ``L`` dim; each dim 1 or equal to x's.
     base : float
         ``> 0``; 10000 in the paper.
+    inv_freq : float array_like, shape (Dh/2,), optional
+        Keyword only: the frequencies ``theta_i`` themselves, pair ``i`` turning by
+        ``m * inv_freq[i]``, in place of ``base^(-2i / Dh)``; finite and ``>= 0``. For
+        RoPE stretched past its training length, :mod:`mha.rope_scaling` computes them
+        (and the ``attention_factor`` to multiply the rotated queries and keys by).
+        ``base`` must then keep its default: it made the frequencies already.
 
     Returns
     -------
@@ -143,7 +183,8 @@ def apply_rope(x: Any, positions: Any, base: float = 10000.0) -> np.ndarray:
     ------
     ValueError
         If ``Dh`` is odd, ``x`` has fewer than 2 dims, ``positions`` is not integer or
-        does not broadcast, or ``base`` is not a positive number.
+        does not broadcast, ``base`` is not a positive number, or ``inv_freq`` is not
+        ``Dh/2`` finite non-negative numbers (or comes with a ``base``).
     """
     x = as_float_array(x, "x")
     if x.ndim < 2:
@@ -157,7 +198,10 @@ def apply_rope(x: Any, positions: Any, base: float = 10000.0) -> np.ndarray:
     positions = _check_positions(positions, x.shape[:-1])
     if isinstance(base, bool) or not isinstance(base, numbers.Real) or not 0 < base < np.inf:
         raise ValueError(f"base must be a positive finite number, got {base!r}")
-    frequencies = _frequencies(head_dim, float(base))  # (Dh/2,)
+    if inv_freq is None:
+        frequencies = _frequencies(head_dim, float(base))  # (Dh/2,)
+    else:
+        frequencies = _check_inv_freq(inv_freq, head_dim, base)  # (Dh/2,)
     # (..., L, 1) * (Dh/2,) -> (..., L, Dh/2): one angle per position and pair
     angles = positions.astype(np.float64)[..., None] * frequencies
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
@@ -279,3 +323,130 @@ def alibi_bias(
     offset = np.minimum(offset, 0) if causal else -np.abs(offset)  # (T, S), <= 0
     bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S)
     return bias.astype(dtype)
+
+
+# ----------------------------------------------------------- T5's relative bias
+
+
+def t5_relative_position_bucket(
+    relative_position: Any,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> np.ndarray:
+    """T5's bucket for each relative position ``j - i`` of a key ``j`` seen from a query
+    ``i`` (Raffel et al., 2020, section 2.1; the rule of their Mesh TensorFlow code).
+
+    Distances ``n`` are sorted into ``N`` buckets (``N = num_buckets``, or half of it
+    in each direction when ``bidirectional``), with ``E = N // 2`` exact ones:
+
+    * ``n < E``: bucket ``n``, one per distance;
+    * ``n >= E``: bucket ``E + floor((N - E) * ln(n / E) / ln(max_distance / E))``,
+      at most ``N - 1``: buckets whose width grows geometrically, so that every
+      distance from about ``max_distance`` on shares the last one.
+
+    That last bucket is what lets T5 run on sequences longer than it was trained on:
+    beyond ``max_distance`` every key looks equally far, so no distance is new.
+
+    ``bidirectional`` (an encoder): ``n = |j - i|``, and keys after the query
+    (``j > i``) take the upper ``N`` buckets, ``N .. 2N - 1``. Causal (a decoder):
+    ``n = max(i - j, 0)``, keys after the query falling in bucket 0 with the query
+    itself (the causal mask blocks them).
+
+    Parameters
+    ----------
+    relative_position : int array_like, any shape
+        ``j - i``: key position minus query position.
+    bidirectional : bool
+        Keyword only. True for T5's encoder, False for its decoder.
+    num_buckets : int
+        ``>= 4`` bidirectional, ``>= 2`` causal; 32 in T5.
+    max_distance : int
+        ``> E``; 128 in T5.
+
+    Returns
+    -------
+    np.ndarray of int64, same shape
+        Each in ``0 .. num_buckets - 1`` (``0 .. 2 * (num_buckets // 2) - 1`` when
+        bidirectional).
+    """
+    per_direction, max_exact = check_t5_buckets(num_buckets, max_distance, bidirectional)
+    offset = np.asarray(relative_position)
+    if offset.dtype == np.bool_ or not np.issubdtype(offset.dtype, np.integer):
+        raise ValueError(
+            f"relative_position must be integers (key minus query position), got dtype "
+            f"{offset.dtype} with shape {offset.shape}"
+        )
+    offset = offset.astype(np.int64)
+    if bidirectional:
+        upper = np.where(offset > 0, per_direction, 0)  # keys after the query: upper half
+        distance = np.abs(offset)
+    else:
+        upper = np.zeros_like(offset)
+        distance = np.maximum(-offset, 0)  # keys after the query count as distance 0
+    # The logarithmic buckets, for every entry (the exact ones are picked below);
+    # max(n, E) keeps log away from 0 where the result is not used.
+    ratio = np.maximum(distance, max_exact) / max_exact
+    growth = np.log(ratio) / np.log(max_distance / max_exact)  # 0 at n = E, 1 at max_distance
+    far = max_exact + np.floor(growth * (per_direction - max_exact)).astype(np.int64)
+    far = np.minimum(far, per_direction - 1)
+    return upper + np.where(distance < max_exact, distance, far)
+
+
+def t5_relative_bias(
+    table: Any,
+    size: int,
+    num_keys: int | None = None,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+) -> np.ndarray:
+    """T5's relative position bias: each head's learned value for the bucket of each
+    (query, key) distance, to add to the scores.
+
+    ``bias[h, t, s] = table[bucket(s - i_t), h]``, ``bucket`` being
+    :func:`t5_relative_position_bucket` and ``i_t`` query ``t``'s position. T5 shares
+    one table among the layers of its encoder (and one among those of its decoder).
+
+    Scaling: T5 adds the bias to the *unscaled* scores ``q . k`` (its initialisation of
+    ``W_q`` carries the ``1 / sqrt(Dh)`` instead). :func:`mha.scaled_dot_product_attention`
+    adds ``score_bias`` to ``q . k / sqrt(Dh)``; with the queries multiplied by
+    ``sqrt(Dh)`` (or ``W_q`` and ``b_q``, for :func:`mha.multi_head_attention`) the two
+    agree, this bias passed unchanged: ``softmax(q . k + bias)`` is
+    ``softmax((sqrt(Dh) q) . k / sqrt(Dh) + bias)``. Trained from scratch with the
+    book's scaled scores, the table simply learns values on that scale.
+
+    Parameters
+    ----------
+    table : float array_like, shape (num_buckets, H)
+        The learned bias of each bucket in each head (T5's ``relative_attention_bias``
+        embedding weight); finite.
+    size : int
+        ``T``, the number of queries.
+    num_keys : int, optional
+        ``S >= T``: the queries are the *last* ``T`` of ``S`` positions (decoding with a
+        cache), as in :func:`mha.causal_mask`. Default ``T``.
+    bidirectional : bool
+        Keyword only. True (an encoder) or False (a decoder, which still needs
+        :func:`mha.causal_mask`: this bias blocks nothing).
+    max_distance : int
+        See :func:`t5_relative_position_bucket`; 128 in T5.
+
+    Returns
+    -------
+    np.ndarray, shape (H, T, S), the table's dtype
+        Broadcasts against the scores ``(B, H, T, S)``: pass it as ``score_bias``.
+    """
+    table = as_float_array(table, "table")
+    check_ndim(table, 2, "table", "(num_buckets, H)")
+    if not np.all(np.isfinite(table)):
+        raise ValueError(f"table (shape {table.shape}) must be finite")
+    size, num_keys = check_queries_and_keys(size, num_keys)
+    queries = np.arange(num_keys - size, num_keys)  # (T,) positions of the last T
+    keys = np.arange(num_keys)  # (S,)
+    offset = keys[None, :] - queries[:, None]  # (1, S) - (T, 1) -> (T, S): j - i
+    buckets = t5_relative_position_bucket(
+        offset, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
+    )  # (T, S)
+    return table[buckets].transpose(2, 0, 1)  # (T, S, H) -> (H, T, S)

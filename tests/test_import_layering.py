@@ -22,7 +22,8 @@ import sys
 import pytest
 
 SPECIFICATION = ("mha.attention", "mha.params", "mha.kv_cache", "mha.masks", "mha.tiled",
-                 "mha.cost", "mha.mla", "mha.paged_cache", "mha.quant_cache")  # fmt: skip
+                 "mha.cost", "mha.mla", "mha.paged_cache", "mha.quant_cache",
+                 "mha.rope_scaling", "mha.backward")  # fmt: skip
 TOP = ("mha.convert", "mha.gqa_pooling", "mha.draw", "mha.translator", "mha.bench",
        "mha.exercises")  # fmt: skip
 
@@ -61,6 +62,12 @@ RULES = {
     # module they plug into, never the specification's.
     "import mha.mla_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
                              "mha.modules", "mha.layers", "mha.transformer"),
+    # RoPE past its training length: each layer computes its own frequencies.
+    "import mha.rope_scaling": ("torch", "matplotlib", *TOP),
+    "import mha.rope_scaling_torch": ("matplotlib", *SPECIFICATION, "mha.positional", *TOP,
+                                      "mha.modules", "mha.layers", "mha.transformer"),
+    # Attention's backward by hand: NumPy, beside the forward it differentiates.
+    "import mha.backward": ("torch", "matplotlib", *TOP),
     "import mha.paged_cache_torch; import mha.quant_cache_torch": (
         "matplotlib", *SPECIFICATION, "mha.positional", *TOP, "mha.layers",
         "mha.transformer"),
