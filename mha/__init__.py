@@ -108,8 +108,12 @@ _SPECIFICATION = {
         "yarn_mscale",
     ],
     "mha.backward": [
+        "AttentionBackwardSteps",
         "AttentionGradients",
+        "BackwardTileStep",
+        "BackwardTileTrace",
         "attention_backward",
+        "attention_backward_steps",
         "flash_attention_backward",
         "merge_heads_backward",
         "multi_head_attention_backward",

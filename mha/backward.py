@@ -5,11 +5,13 @@ Given ``d_output = dL/d output`` (same shape as the output), the chain rule walk
 forward's steps in reverse, one vector-Jacobian product per step:
 
 * :func:`mha.softmax`: :func:`softmax_backward`;
-* :func:`mha.scaled_dot_product_attention`: :func:`attention_backward`;
+* :func:`mha.scaled_dot_product_attention`: :func:`attention_backward` (and
+  :func:`attention_backward_steps`, every intermediate of it, for the figures);
 * :func:`mha.split_heads` and :func:`mha.merge_heads`: :func:`split_heads_backward` and
   :func:`merge_heads_backward` (each is the other's forward);
 * :func:`mha.multi_head_attention`: :func:`multi_head_attention_backward`;
-* :func:`mha.flash_attention`: :func:`flash_attention_backward`, tile by tile.
+* :func:`mha.flash_attention`: :func:`flash_attention_backward`, tile by tile (a
+  :class:`BackwardTileTrace` records what each tile added).
 
 For one head, with ``c = 1 / sqrt(Dh)``, ``P`` the weights and ``O = P V`` the context::
 
@@ -32,7 +34,7 @@ Shapes follow the legend in :mod:`mha`; masks are boolean with **True = may atte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +50,7 @@ from mha._checks import (
 )
 from mha.attention import (
     AttentionSteps,
+    _attention_core,
     kv_head_index,
     merge_heads,
     multi_head_attention_steps,
@@ -57,8 +60,12 @@ from mha.attention import (
 from mha.params import AttentionParams
 
 __all__ = [
+    "AttentionBackwardSteps",
     "AttentionGradients",
+    "BackwardTileStep",
+    "BackwardTileTrace",
     "attention_backward",
+    "attention_backward_steps",
     "flash_attention_backward",
     "merge_heads_backward",
     "multi_head_attention_backward",
@@ -125,9 +132,17 @@ def softmax_backward(weights: Any, d_weights: Any, axis: int = -1) -> np.ndarray
     _check_same_shape(d_weights, "d_weights", weights.shape, "weights")
     if not -weights.ndim <= axis < weights.ndim:
         raise ValueError(f"axis={axis} is out of range for weights of shape {weights.shape}")
+    return _softmax_vjp(weights, d_weights, axis)[1]
+
+
+def _softmax_vjp(
+    weights: np.ndarray, d_weights: np.ndarray, axis: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`softmax_backward` on validated arrays: ``(p . dp, dz)``, the first with
+    the softmax's axis kept as a dim of size 1."""
     # p . dp along the axis: how much the weighted average of dp moves (..., 1)
     dot = np.sum(d_weights * weights, axis=axis, keepdims=True)
-    return weights * (d_weights - dot)
+    return dot, weights * (d_weights - dot)
 
 
 # --------------------------------------------------------------------------- one head
@@ -135,23 +150,26 @@ def softmax_backward(weights: Any, d_weights: Any, axis: int = -1) -> np.ndarray
 
 def _attention_core_backward(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, weights: np.ndarray, d_context: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The backward of ``_attention_core`` on validated arrays: ``(dq, dk, dv, d_masked)``,
-    ``d_masked`` being the gradient of the scaled, biased scores (the softmax's input).
-    Shared by :func:`attention_backward` and :func:`multi_head_attention_backward`."""
+) -> tuple[np.ndarray, ...]:
+    """The backward of ``_attention_core`` on validated arrays:
+    ``(dq, dk, dv, d_masked, d_weights, row_dot)``, ``d_masked`` being the gradient of
+    the scaled, biased scores (the softmax's input), ``d_weights`` the weights' and
+    ``row_dot`` each row's ``rowsum(d_weights * weights)`` (..., T, 1). Shared by
+    :func:`attention_backward`, :func:`attention_backward_steps` and
+    :func:`multi_head_attention_backward`, so the formulas exist once."""
     head_dim = q.shape[-1]
     # 5. context = weights @ v: the product rule of a matmul, both ways.
     dv = np.swapaxes(weights, -1, -2) @ d_context  # (..., S, T) @ (..., T, Dv) -> (..., S, Dv)
     d_weights = d_context @ np.swapaxes(v, -1, -2)  # (..., T, Dv) @ (..., Dv, S) -> (..., T, S)
     # 4. The softmax. Its formula gives exactly 0 wherever the weight is 0, so the -inf
     #    of blocked entries (3.) never enters: masking needs no backward of its own.
-    d_masked = softmax_backward(weights, d_weights)  # (..., T, S)
+    row_dot, d_masked = _softmax_vjp(weights, d_weights, -1)  # (..., T, 1), (..., T, S)
     # 3.-2. The bias is added, so it passes d_masked on unchanged; the scaling by c.
     d_scores = d_masked / math.sqrt(head_dim)  # (..., T, S)
     # 1. scores = q @ k^T.
     dq = d_scores @ k  # (..., T, S) @ (..., S, Dh) -> (..., T, Dh)
     dk = np.swapaxes(d_scores, -1, -2) @ q  # (..., S, T) @ (..., T, Dh) -> (..., S, Dh)
-    return dq, dk, dv, d_masked
+    return dq, dk, dv, d_masked, d_weights, row_dot
 
 
 def attention_backward(
@@ -224,10 +242,92 @@ def attention_backward(
     else:
         weights = as_float_array(weights, "weights")
         _check_same_shape(weights, "weights", scores_shape, "the scores (..., T, S)")
-    dq, dk, dv, d_masked = _attention_core_backward(q, k, v, weights, d_context)
+    dq, dk, dv, d_masked, _, _ = _attention_core_backward(q, k, v, weights, d_context)
     if score_bias is None:
         return dq, dk, dv
     return dq, dk, dv, _sum_to_shape(d_masked, score_bias.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionBackwardSteps:
+    """Every intermediate of one head's forward and backward, as
+    :func:`attention_backward_steps` computed them (the forward's names as in
+    :class:`mha.AttentionSteps`; ``c = 1 / sqrt(Dh)``).
+
+    Attributes
+    ----------
+    masked : (..., T, S)     ``Z``: the scaled (and biased) scores the softmax read,
+                             ``-inf`` where the mask blocks
+    weights : (..., T, S)    ``P = softmax(Z)``, exactly 0 where blocked
+    context : (..., T, Dv)   ``O = P v``
+    d_context : (..., T, Dv) ``dO``, the gradient the backward was given
+    d_weights : (..., T, S)  ``dP = dO v^T``; not 0 where blocked, but multiplied by
+                             ``P = 0`` there
+    row_dot : (..., T)       ``rowsum(dP * P)``, what the softmax's backward subtracts
+    d_masked : (..., T, S)   ``dZ = P * (dP - row_dot)``, exactly 0 where blocked
+    dq : (..., T, Dh)        ``c dZ k``
+    dk : (..., S, Dh)        ``c dZ^T q``
+    dv : (..., S, Dv)        ``P^T dO``
+    """
+
+    masked: np.ndarray
+    weights: np.ndarray
+    context: np.ndarray
+    d_context: np.ndarray
+    d_weights: np.ndarray
+    row_dot: np.ndarray
+    d_masked: np.ndarray
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+
+
+def attention_backward_steps(
+    q: Any,
+    k: Any,
+    v: Any,
+    d_context: Any,
+    mask: Any | None = None,
+    *,
+    score_bias: Any | None = None,
+) -> AttentionBackwardSteps:
+    """:func:`attention_backward` with every intermediate kept: the forward's scores,
+    weights and context, then ``dP``, the softmax's row sums, ``dZ`` and the three
+    gradients (the same code, so the same numbers as :func:`attention_backward`).
+
+    Parameters
+    ----------
+    q, k, v, d_context, mask, score_bias
+        As for :func:`attention_backward`.
+
+    Returns
+    -------
+    AttentionBackwardSteps
+
+    Raises
+    ------
+    ValueError
+        As :func:`attention_backward`.
+    """
+    q = as_float_array(q, "q")
+    k = as_float_array(k, "k")
+    v = as_float_array(v, "v")
+    check_qkv(q, k, v)
+    d_context = as_float_array(d_context, "d_context")
+    context_shape = q.shape[:-1] + v.shape[-1:]  # (..., T, Dv)
+    _check_same_shape(d_context, "d_context", context_shape, "the context (..., T, Dv)")
+    scores_shape = q.shape[:-1] + (k.shape[-2],)  # (..., T, S)
+    if mask is not None:
+        mask = as_bool_mask(mask)
+        check_mask_shape(mask, scores_shape)
+    if score_bias is not None:
+        score_bias = as_score_bias(score_bias, scores_shape)
+    _, _, masked, weights, context = _attention_core(q, k, v, mask, score_bias)
+    dq, dk, dv, d_masked, d_weights, row_dot = _attention_core_backward(q, k, v, weights, d_context)
+    return AttentionBackwardSteps(
+        masked=masked, weights=weights, context=context, d_context=d_context,
+        d_weights=d_weights, row_dot=row_dot[..., 0], d_masked=d_masked, dq=dq, dk=dk, dv=dv,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- heads
@@ -400,7 +500,7 @@ def multi_head_attention_backward(
     index = kv_head_index(num_heads, num_kv_heads)  # (H,): the key/value head of each
     k_shared = steps.k_heads[:, index]  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
     v_shared = steps.v_heads[:, index]  # (B, Hkv, S, Dh) -> (B, H, S, Dh)
-    dq_heads, dk_shared, dv_shared, d_masked = _attention_core_backward(
+    dq_heads, dk_shared, dv_shared, d_masked, _, _ = _attention_core_backward(
         steps.q_heads, k_shared, v_shared, steps.weights, d_context
     )
     dk_heads = _sum_over_groups(dk_shared, num_kv_heads)  # (B, H, S, Dh) -> (B, Hkv, S, Dh)
@@ -432,6 +532,81 @@ def multi_head_attention_backward(
 # ------------------------------------------------------------------------------ tiled
 
 
+@dataclass(frozen=True, eq=False)
+class BackwardTileStep:
+    """One tile of :func:`flash_attention_backward`: up to ``tile_size`` queries against
+    up to ``tile_size`` keys, and what it added to the three gradients.
+
+    Attributes
+    ----------
+    queries : (start, stop)  the query rows of the tile
+    keys : (start, stop)     the keys of the tile
+    skipped : bool           True if causal masking blocks every pair, so the tile was
+                             not computed (its additions are zeros)
+    dq : np.ndarray, shape (..., stop - start, Dh)
+        What the tile added to ``dq[..., queries[0]:queries[1], :]``: ``c dZ k_tile``.
+    dk : np.ndarray, shape (..., stop - start, Dh)
+        What it added to ``dk[..., keys[0]:keys[1], :]``: ``c dZ^T q_tile``.
+    dv : np.ndarray, shape (..., stop - start, Dv)
+        What it added to ``dv[..., keys[0]:keys[1], :]``: ``P^T dO_tile``.
+    """
+
+    queries: tuple[int, int]
+    keys: tuple[int, int]
+    skipped: bool
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+
+
+@dataclass(eq=False)
+class BackwardTileTrace:
+    """What :func:`flash_attention_backward` did, tile by tile; pass one as ``trace=``.
+
+    Each call clears it and then appends a :class:`BackwardTileStep` per tile in the
+    order visited: the columns of tiles (keys) left to right and, within one, its tiles
+    top to bottom (queries), the order of Dao et al. (2022), Algorithm 4: a column's
+    ``dk`` and ``dv`` are finished when the column is, ``dq`` gathers from every column.
+    """
+
+    tile_size: int = 0
+    num_queries: int = 0  # T
+    num_keys: int = 0  # S
+    lead: tuple[int, ...] = ()  # the leading (batch, head) dims
+    head_dim: int = 0  # Dh
+    value_dim: int = 0  # Dv
+    steps: list[BackwardTileStep] = field(default_factory=list)
+
+    @property
+    def num_computed(self) -> int:
+        """Tiles whose weights were rebuilt and whose gradients were added."""
+        return sum(not step.skipped for step in self.steps)
+
+    @property
+    def num_skipped(self) -> int:
+        """Tiles left out because causal masking blocks all of them."""
+        return sum(step.skipped for step in self.steps)
+
+    def accumulated(
+        self, num_steps: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dq, dk, dv)`` as the first ``num_steps`` tiles (all by default) left them:
+        zeros, then each tile's additions added at its rows, in the order visited."""
+        n = len(self.steps) if num_steps is None else num_steps
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(self.steps):
+            raise ValueError(f"num_steps must be an int in [0, {len(self.steps)}], got {n!r}")
+        dtype = np.result_type(*(s.dq for s in self.steps)) if self.steps else np.float64
+        dq = np.zeros((*self.lead, self.num_queries, self.head_dim), dtype)
+        dk = np.zeros((*self.lead, self.num_keys, self.head_dim), dtype)
+        dv = np.zeros((*self.lead, self.num_keys, self.value_dim), dtype)
+        for step in self.steps[:n]:
+            (q0, q1), (k0, k1) = step.queries, step.keys
+            dq[..., q0:q1, :] += step.dq
+            dk[..., k0:k1, :] += step.dk
+            dv[..., k0:k1, :] += step.dv
+        return dq, dk, dv
+
+
 def flash_attention_backward(
     q: Any,
     k: Any,
@@ -443,6 +618,7 @@ def flash_attention_backward(
     *,
     tile_size: int = 64,
     causal: bool = False,
+    trace: BackwardTileTrace | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`mha.flash_attention`'s ``q``, ``k``, ``v``, tile by tile, never
     holding a ``(T, S)`` array: the backward pass of Dao et al. (2022), Algorithm 4, with
@@ -481,6 +657,9 @@ def flash_attention_backward(
     tile_size : int
         Queries and keys per tile; it need not be the forward's (the log-sum-exp is
         one number per row, whatever the tiles).
+    trace : BackwardTileTrace, optional
+        Cleared, then filled with one :class:`BackwardTileStep` per tile, in the order
+        visited: what each tile added to ``dq``, ``dk`` and ``dv``.
 
     Returns
     -------
@@ -501,6 +680,8 @@ def flash_attention_backward(
     tile_size = check_positive_int(tile_size, "tile_size")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
+    if trace is not None and not isinstance(trace, BackwardTileTrace):
+        raise ValueError(f"trace must be a BackwardTileTrace, got {type(trace).__name__}")
     *lead, T, head_dim = q.shape
     S, Dv = v.shape[-2:]
     context = as_float_array(context, "context")
@@ -529,12 +710,23 @@ def flash_attention_backward(
     dq = np.zeros((*lead, T, head_dim), dtype)
     dk = np.zeros((*lead, S, head_dim), dtype)
     dv = np.zeros((*lead, S, Dv), dtype)
+    if trace is not None:
+        trace.tile_size, trace.num_queries, trace.num_keys = tile_size, T, S
+        trace.lead, trace.head_dim, trace.value_dim = tuple(lead), head_dim, Dv
+        trace.steps.clear()
     for k0 in range(0, S, tile_size):  # a column of tiles: keys k0..k1-1
         k1 = min(k0 + tile_size, S)
         k_tile, v_tile = k[..., k0:k1, :], v[..., k0:k1, :]  # (..., s, Dh), (..., s, Dv)
         for q0 in range(0, T, tile_size):  # its tiles, top to bottom: queries q0..q1-1
             q1 = min(q0 + tile_size, T)
             if causal and k0 > q1 - 1 + S - T:  # every pair blocked: skipped, as forward
+                if trace is not None:  # it adds nothing
+                    nothing_q = np.zeros((*lead, q1 - q0, head_dim), dtype)  # (..., t, Dh)
+                    nothing_k = np.zeros((*lead, k1 - k0, head_dim), dtype)  # (..., s, Dh)
+                    nothing_v = np.zeros((*lead, k1 - k0, Dv), dtype)  # (..., s, Dv)
+                    step = BackwardTileStep((q0, q1), (k0, k1), True, nothing_q, nothing_k,
+                                            nothing_v)  # fmt: skip
+                    trace.steps.append(step)
                 continue
             q_tile, d_out = q[..., q0:q1, :], d_context[..., q0:q1, :]  # (..., t, Dh|Dv)
             # 1. The tile's weights, rebuilt from the saved log-sum-exp.
@@ -548,11 +740,17 @@ def flash_attention_backward(
                 scores = np.where(allowed, scores, -np.inf)
             p = np.exp(scores - shift[..., q0:q1, None])  # (..., t, s), 0 where blocked
             # 2. context = P v.
-            dv[..., k0:k1, :] += np.swapaxes(p, -1, -2) @ d_out  # (..., s, t) @ (..., t, Dv)
+            add_v = np.swapaxes(p, -1, -2) @ d_out  # (..., s, t) @ (..., t, Dv)
             d_p = d_out @ np.swapaxes(v_tile, -1, -2)  # (..., t, Dv) @ (..., Dv, s)
             # 3. The softmax, with the row's D in place of rowsum(dP * P).
             d_z = p * (d_p - row_dot[..., q0:q1, None])  # (..., t, s), 0 where p = 0
             # 4. The scaled scores q k^T / sqrt(Dh).
-            dq[..., q0:q1, :] += d_z @ k_tile * scale  # (..., t, s) @ (..., s, Dh)
-            dk[..., k0:k1, :] += np.swapaxes(d_z, -1, -2) @ q_tile * scale  # (..., s, Dh)
+            add_q = d_z @ k_tile * scale  # (..., t, s) @ (..., s, Dh)
+            add_k = np.swapaxes(d_z, -1, -2) @ q_tile * scale  # (..., s, t) @ (..., t, Dh)
+            dq[..., q0:q1, :] += add_q
+            dk[..., k0:k1, :] += add_k
+            dv[..., k0:k1, :] += add_v
+            if trace is not None:
+                trace.steps.append(BackwardTileStep((q0, q1), (k0, k1), False, add_q, add_k,
+                                                    add_v))  # fmt: skip
     return dq, dk, dv

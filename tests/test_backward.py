@@ -36,7 +36,9 @@ from mha import (
 )
 from mha.backward import (
     AttentionGradients,
+    BackwardTileTrace,
     attention_backward,
+    attention_backward_steps,
     flash_attention_backward,
     merge_heads_backward,
     multi_head_attention_backward,
@@ -182,6 +184,39 @@ def test_blocked_entries_get_exactly_zero_gradient_and_no_nan() -> None:
     for grad in (fdq, fdk, fdv):
         assert not np.isnan(grad).any()
     assert np.all(fdq[0, 0, 1] == 0) and np.all(fdk[..., 2, :] == 0) and np.all(fdv[..., 2, :] == 0)
+
+
+@pytest.mark.parametrize("kind", ["none", "random"])
+def test_backward_steps_are_the_backward_and_its_intermediates(kind) -> None:
+    lead, T, S = (2, 3), 5, 7
+    q, k, v, d_context = qkv(lead, T, S, seed=21)
+    mask = masks_for(kind, lead, T, S)
+    steps = attention_backward_steps(q, k, v, d_context, mask)
+    # The same code as attention_backward's and the forward's: the same bits.
+    for got, want in zip((steps.dq, steps.dk, steps.dv),
+                         attention_backward(q, k, v, d_context, mask), strict=True):  # fmt: skip
+        assert np.array_equal(got, want)
+    context, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert np.array_equal(steps.context, context) and np.array_equal(steps.weights, weights)
+    assert np.array_equal(steps.d_context, d_context)
+    # The intermediates, each written out here from its formula.
+    scaled = q @ np.swapaxes(k, -1, -2) / math.sqrt(4)  # (..., T, S)
+    allowed = np.ones(scaled.shape, bool) if mask is None else np.broadcast_to(mask, scaled.shape)
+    assert np.all(np.isneginf(steps.masked[~allowed]))  # exact: blocked
+    np.testing.assert_allclose(steps.masked[allowed], scaled[allowed], rtol=0, atol=1e-12)
+    d_weights = d_context @ np.swapaxes(v, -1, -2)  # (..., T, Dv) @ (..., Dv, S)
+    assert_close(steps.d_weights, d_weights, "dP")
+    row_dot = np.einsum("...ts,...ts->...t", d_weights, weights)
+    assert_close(steps.row_dot, row_dot, "rowsum(dP * P)")
+    assert_close(steps.d_masked, weights * (d_weights - row_dot[..., None]), "dZ")
+    assert np.all(steps.d_masked[~allowed] == 0)  # exact: P = 0 there
+    assert_close(steps.d_masked.sum(-1), np.zeros((*lead, T)), "rows of dZ sum to 0")
+    bias = random((T, S), 22)
+    with_bias = attention_backward_steps(q, k, v, d_context, mask, score_bias=bias)
+    _, _, _, d_bias = attention_backward(q, k, v, d_context, mask, score_bias=bias)
+    assert np.array_equal(with_bias.d_masked.sum(axis=(0, 1)), d_bias)
+    with pytest.raises(ValueError, match=r"d_context must have the shape of .*\(2, 3, 5, 5\)"):
+        attention_backward_steps(q, k, v, d_context[..., :4], mask)
 
 
 def test_no_keys_and_no_queries() -> None:
@@ -376,6 +411,63 @@ def test_flash_backward_equals_the_plain_backward(tile_size, lead, T, S, causal)
         assert_close(a, b, f"d{name}")
         assert not np.isnan(a).any()
     assert np.all(got[0][(0,) * len(lead) + (T // 2,)] == 0)  # exact: p = 0 in that row
+
+
+@pytest.mark.parametrize(("lead", "T", "S", "causal", "tile_size"),
+                         [((2, 3), 7, 13, True, 3), ((), 10, 10, True, 4),
+                          ((2,), 9, 5, False, 2), ((), 5, 5, False, 64)])  # fmt: skip
+def test_flash_backward_trace_holds_what_each_tile_added(lead, T, S, causal, tile_size) -> None:
+    q, k, v, d_context = qkv(lead, T, S, seed=40 + T)
+    mask = np.random.default_rng(S).random((*lead, T, S)) < 0.8
+    context, lse = flash_attention(q, k, v, mask, causal=causal, tile_size=4)
+    trace = BackwardTileTrace()
+    got = flash_attention_backward(q, k, v, context, lse, d_context, mask, causal=causal,
+                                   tile_size=tile_size, trace=trace)  # fmt: skip
+    # Order: a column of key tiles at a time, its query tiles top to bottom.
+    tiles = [((q0, min(q0 + tile_size, T)), (k0, min(k0 + tile_size, S)))
+             for k0 in range(0, S, tile_size) for q0 in range(0, T, tile_size)]  # fmt: skip
+    assert [(st.queries, st.keys) for st in trace.steps] == tiles
+    assert (trace.tile_size, trace.num_queries, trace.num_keys) == (tile_size, T, S)
+    assert (trace.lead, trace.head_dim, trace.value_dim) == (lead, 4, 5)
+    full = mask if not causal else combine_masks(mask, causal_mask(T, num_keys=S))
+    plain = attention_backward_steps(q, k, v, d_context, full)
+    scale = 1 / math.sqrt(4)
+    for st in trace.steps:
+        (q0, q1), (k0, k1) = st.queries, st.keys
+        assert st.skipped == (causal and k0 > q1 - 1 + S - T)
+        # Each tile's additions, from the plain backward's whole P and dZ cut to the tile.
+        p, d_z = plain.weights[..., q0:q1, k0:k1], plain.d_masked[..., q0:q1, k0:k1]
+        assert_close(st.dq, scale * d_z @ k[..., k0:k1, :], f"dq of {st.queries} x {st.keys}")
+        assert_close(st.dk, scale * np.swapaxes(d_z, -1, -2) @ q[..., q0:q1, :], "dk")
+        assert_close(st.dv, np.swapaxes(p, -1, -2) @ d_context[..., q0:q1, :], "dv")
+        if st.skipped:  # exact: it added nothing
+            assert not st.dq.any() and not st.dk.any() and not st.dv.any()
+    assert trace.num_computed + trace.num_skipped == len(tiles)
+    assert trace.num_skipped == sum(causal and k0 > q1 - 1 + S - T
+                                    for (_, q1), (k0, _) in tiles)  # fmt: skip
+    # Summed, the additions are the gradients: the same additions in the same order as
+    # flash_attention_backward's (exact), the plain backward's up to rounding.
+    for name, summed, returned, want in zip(
+        "qkv", trace.accumulated(), got, (plain.dq, plain.dk, plain.dv), strict=True
+    ):
+        assert np.array_equal(summed, returned), name
+        assert_close(summed, want, f"d{name}")
+    assert all(not g.any() for g in trace.accumulated(0))  # exact: nothing added yet
+    # A second call starts the trace afresh.
+    flash_attention_backward(q, k, v, context, lse, d_context, mask, tile_size=S, trace=trace)
+    assert len(trace.steps) == math.ceil(T / S) and trace.tile_size == S
+
+
+def test_flash_backward_trace_errors() -> None:
+    q, k, v, d_context = qkv((), 4, 4)
+    context, lse = flash_attention(q, k, v)
+    with pytest.raises(ValueError, match="trace must be a BackwardTileTrace, got TileTrace"):
+        flash_attention_backward(q, k, v, context, lse, d_context, trace=TileTrace())
+    trace = BackwardTileTrace()
+    flash_attention_backward(q, k, v, context, lse, d_context, tile_size=2, trace=trace)
+    for bad in (-1, 5, 1.0, True):
+        with pytest.raises(ValueError, match=r"num_steps must be an int in \[0, 4\]"):
+            trace.accumulated(bad)
 
 
 def torch_flash(q, k, v, d_context, additive=None, is_causal=False):

@@ -961,3 +961,262 @@ def test_quantize_per_channel_is_torchs_fake_quantisation(bits) -> None:
     ours = exercises._EXERCISES["quantize_per_channel"].reference(k, bits)
     np.testing.assert_allclose(ours, theirs.reshape(10, 3, 4).transpose(0, 1).numpy(),
                                rtol=1e-6, atol=1e-6 * float(scale.max()))
+
+
+# --------------------------------------------------------------------------- chapter 12
+# Each typical mistake of the backward pass, written here as a learner writes it.
+
+
+def softmax_backward_jacobian(weights, d_weights, axis=-1):
+    """The Jacobian built for every slice and multiplied by dp: slow but right."""
+    p = np.moveaxis(np.asarray(weights), axis, -1)
+    dp = np.moveaxis(np.asarray(d_weights), axis, -1)
+    jacobian = p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
+    return np.moveaxis((jacobian @ dp[..., None])[..., 0], -1, axis)
+
+
+def softmax_backward_torch(weights, d_weights, axis=-1):
+    """autograd's vector-Jacobian product through torch.softmax, from log(p) as scores
+    (a blocked entry, p = 0, is a score of -inf: softmax(log p) = p)."""
+    p = torch.from_numpy(np.asarray(weights, dtype=np.float64))
+    z = p.log().requires_grad_(True)
+    torch.softmax(z, dim=axis).backward(torch.from_numpy(np.asarray(d_weights, np.float64)))
+    grad = torch.nan_to_num(z.grad, nan=0.0)  # a row of -inf only: nothing to attend to
+    return grad.numpy().astype(np.asarray(weights).dtype)
+
+
+def softmax_backward_variant(kind="right"):
+    def candidate(weights, d_weights, axis=-1):
+        p, dp = np.asarray(weights), np.asarray(d_weights)
+        if kind == "diagonal":
+            return p * dp
+        if kind == "no keepdims":
+            return p * (dp - np.einsum("...i,...i->...", p, dp)) if axis == -1 else \
+                p * (dp - (p * dp).sum(axis))
+        dot = (p * dp).sum(axis=-1 if kind == "last axis" else axis, keepdims=True)
+        if kind == "plus":
+            return p * dp + p * dot
+        if kind == "no p":
+            return dp - dot
+        if kind == "mean":
+            return p * (dp - dp.mean(axis=axis, keepdims=True))
+        if kind == "everything":
+            return p * (dp - (p * dp).sum())
+        if kind == "axis 0":
+            return p * (dp - (p * dp).sum(axis=0, keepdims=True))
+        return p * dp - p * dot
+
+    return candidate
+
+
+def head_backward_torch(q, k, v, weights, d_context):
+    """autograd twice: through P v with the saved weights as a constant (dv), and through
+    a softmax of scores whose softmax they are, log(weights) (dZ; a row of -inf only,
+    nothing to attend to, gives NaN there, which is 0); then dq, dk by hand from dZ."""
+    p = torch.from_numpy(np.asarray(weights, np.float64))
+    d_o = torch.from_numpy(np.asarray(d_context, np.float64))
+    tv = torch.from_numpy(np.asarray(v, np.float64)).requires_grad_(True)
+    (p @ tv).backward(d_o)
+    z = p.log().requires_grad_(True)
+    torch.softmax(z, dim=-1).backward(d_o @ tv.detach().transpose(-1, -2))
+    dz = torch.nan_to_num(z.grad, nan=0.0).numpy()
+    c = 1 / math.sqrt(q.shape[-1])
+    dq = c * np.einsum("...ts,...sd->...td", dz, k)
+    dk = c * np.einsum("...ts,...td->...sd", dz, q)
+    dtype = np.asarray(q).dtype
+    return dq.astype(dtype), dk.astype(dtype), tv.grad.numpy().astype(dtype)
+
+
+def head_backward_loops(q, k, v, weights, d_context):
+    """Query by query, key by key, over the flattened leading axes."""
+    lead = q.shape[:-2]
+    T, S = weights.shape[-2:]
+    q2, k2, v2 = (a.reshape(-1, *a.shape[-2:]) for a in (q, k, v))
+    p2, d2 = weights.reshape(-1, T, S), d_context.reshape(-1, *d_context.shape[-2:])
+    dq, dk, dv = np.zeros_like(q2), np.zeros_like(k2), np.zeros_like(v2)
+    c = 1 / math.sqrt(q.shape[-1])
+    for b in range(q2.shape[0]):
+        for t in range(T):
+            dp = np.array([d2[b, t] @ v2[b, s] for s in range(S)])
+            dz = p2[b, t] * (dp - p2[b, t] @ dp)
+            for s in range(S):
+                dv[b, s] += p2[b, t, s] * d2[b, t]
+                dq[b, t] += c * dz[s] * k2[b, s]
+                dk[b, s] += c * dz[s] * q2[b, t]
+    return (dq.reshape(*lead, *q.shape[-2:]), dk.reshape(*lead, *k.shape[-2:]),
+            dv.reshape(*lead, *v.shape[-2:]))
+
+
+def head_backward_variant(dv_t=True, dk_t=True, z="right", sum_axis=-1, scale_q=True,
+                          scale_k=True, dh=False, scale_v=False):
+    def candidate(q, k, v, weights, d_context):
+        c = 1 / (q.shape[-1] if dh else math.sqrt(q.shape[-1]))
+        swap = lambda a: np.swapaxes(a, -1, -2)  # noqa: E731
+        dv = (swap(weights) if dv_t else weights) @ d_context
+        if scale_v:
+            dv = c * dv
+        dp = d_context @ swap(v)
+        if z == "diagonal":
+            dz = weights * dp
+        else:
+            dz = dp - (weights * dp).sum(axis=sum_axis, keepdims=True)
+            if z != "no p":
+                dz = weights * dz
+        dq = (c if scale_q else 1) * dz @ k
+        dk = (c if scale_k else 1) * (swap(dz) if dk_t else dz) @ q
+        return dq, dk, dv
+
+    return candidate
+
+
+def tile_backward_torch(q_tile, k_tile, v_tile, d_out, logsumexp, row_dot):
+    """torch, with delta taken as given and the weights from the log-sum-exp."""
+    q, k, v, d_o, lse, d_row = (torch.from_numpy(np.asarray(a, np.float64)) for a in
+                                (q_tile, k_tile, v_tile, d_out, logsumexp, row_dot))
+    c = q.shape[-1] ** -0.5
+    p = torch.exp(c * q @ k.transpose(-1, -2) - lse[..., None])
+    dz = p * (d_o @ v.transpose(-1, -2) - d_row[..., None])
+    dtype = np.asarray(q_tile).dtype
+    return tuple(a.numpy().astype(dtype) for a in
+                 (c * dz @ k, c * dz.transpose(-1, -2) @ q, p.transpose(-1, -2) @ d_o))
+
+
+def tile_backward_variant(weights="lse", sums="given", scale_scores=True, scale_grads=True,
+                          dk_t=True):
+    def candidate(q_tile, k_tile, v_tile, d_out, logsumexp, row_dot):
+        c = 1 / math.sqrt(q_tile.shape[-1])
+        z = np.einsum("...td,...sd->...ts", q_tile, k_tile)
+        if scale_scores:
+            z = z * c
+        if weights == "tile softmax":
+            e = np.exp(z - z.max(axis=-1, keepdims=True))
+            p = e / e.sum(axis=-1, keepdims=True)
+        elif weights == "divide":
+            p = np.exp(z) / np.exp(logsumexp)[..., None]
+        else:
+            p = np.exp(z - logsumexp[..., None])
+        dv = np.einsum("...ts,...tv->...sv", p, d_out)
+        dp = np.einsum("...tv,...sv->...ts", d_out, v_tile)
+        d = (p * dp).sum(-1) if sums == "tile" else row_dot
+        dz = p * (dp - d[..., None])
+        g = c if scale_grads else 1.0
+        dq = g * np.einsum("...ts,...sd->...td", dz, k_tile)
+        dk = g * (np.einsum("...ts,...td->...sd", dz, q_tile) if dk_t else dz @ q_tile)
+        return dq, dk, dv
+
+    return candidate
+
+
+CORRECT_12 = [
+    ("softmax_backward", softmax_backward_jacobian),
+    ("softmax_backward", softmax_backward_torch),
+    ("softmax_backward", softmax_backward_variant()),
+    ("softmax_backward", mha.softmax_backward),
+    ("head_backward", head_backward_loops),
+    ("head_backward", head_backward_torch),
+    ("head_backward", head_backward_variant()),
+    ("tile_backward", tile_backward_torch),
+    ("tile_backward", tile_backward_variant()),
+]
+
+MISTAKES_12: dict[str, dict[str, tuple[Callable, str]]] = {
+    "softmax_backward": {
+        "diagonal": (softmax_backward_variant("diagonal"), "Only the Jacobian's diagonal"),
+        "plus": (softmax_backward_variant("plus"), "The correction is added"),
+        "no p": (softmax_backward_variant("no p"), "The factor p is missing"),
+        "mean": (softmax_backward_variant("mean"), "The plain mean of dp"),
+        "last axis": (softmax_backward_variant("last axis"),
+                      "runs along the last axis whatever axis says"),
+        "axis 0": (softmax_backward_variant("axis 0"), "summed along axis 0"),
+        "everything": (softmax_backward_variant("everything"), "summed over the whole array"),
+        "no keepdims": (softmax_backward_variant("no keepdims"), "lost their axis"),
+    },
+    "head_backward": {
+        "dv transpose": (head_backward_variant(dv_t=False), "dv = P dO"),
+        "dk transpose": (head_backward_variant(dk_t=False), "dk = c dZ q"),
+        "diagonal": (head_backward_variant(z="diagonal"), "Only the Jacobian's diagonal"),
+        "leak": (head_backward_variant(z="no p"), "A blocked key leaks gradient"),
+        "wrong axis": (head_backward_variant(sum_axis=-2), "summed over the queries"),
+        "scale in dq": (head_backward_variant(scale_q=False), "forgotten in dq"),
+        "scale in dk": (head_backward_variant(scale_k=False), "forgotten in dk"),
+        "1/Dh": (head_backward_variant(dh=True), "instead of 1/sqrt(Dh)"),
+        "scale on dv": (head_backward_variant(scale_v=True), "dv is scaled"),
+    },
+    "tile_backward": {
+        "tile softmax": (tile_backward_variant(weights="tile softmax"),
+                         "a softmax over the tile's keys"),
+        "tile sums": (tile_backward_variant(sums="tile"), "replaces delta"),
+        "unscaled scores": (tile_backward_variant(scale_scores=False),
+                            "scores are not scaled"),
+        "unscaled grads": (tile_backward_variant(scale_grads=False), "dq and dk lack"),
+        "overflow": (tile_backward_variant(weights="divide"), "overflows for large scores"),
+        "dk transpose": (tile_backward_variant(dk_t=False), "dk = c dZ q"),
+    },
+}
+
+
+@pytest.mark.parametrize(("name", "candidate"), CORRECT_12,
+                         ids=lambda c: getattr(c, "__name__", c))
+def test_chapter_12_correct_unusual_answers_pass(capsys, name: str, candidate: Callable) -> None:
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is True, out
+    assert out.startswith(f"{name}: correct on ")
+
+
+@pytest.mark.parametrize(
+    ("name", "mistake"), [(name, m) for name, table in MISTAKES_12.items() for m in table]
+)
+def test_chapter_12_each_mistake_gets_its_own_message(capsys, name: str, mistake: str) -> None:
+    candidate, phrase = MISTAKES_12[name][mistake]
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is False
+    assert "Likely mistake: " in out and phrase in out, out
+    others = [other for other, (_, p) in MISTAKES_12[name].items() if p != phrase and p in out]
+    assert not others, f"{mistake} also printed the diagnosis of {others}: {out}"
+    assert "[" not in out.split("Likely mistake")[1]  # no array is ever printed
+
+
+def test_chapter_12_checkers_are_all_tested_here() -> None:
+    assert set(MISTAKES_12) == {name for name, _ in CORRECT_12} == set(
+        exercises.names("12_how_attention_learns"))
+    assert not set(MISTAKES_12) & (set(MISTAKES) | set(MISTAKES_10))
+
+
+def test_head_backward_is_autograd_of_the_head() -> None:
+    """The reference, given the weights the forward saved, is autograd's gradient of
+    F.scaled_dot_product_attention with the same mask."""
+    rng = np.random.default_rng(12)
+    q, k, v = rng.normal(size=(3, 2, 4, 5, 3))
+    d_context = rng.normal(size=(2, 4, 5, 3))
+    mask = mha.causal_mask(5)
+    _, weights = mha.scaled_dot_product_attention(q, k, v, mask)
+    got = exercises._EXERCISES["head_backward"].reference(q, k, v, weights, d_context)
+    leaves = [torch.from_numpy(a).requires_grad_(True) for a in (q, k, v)]
+    F.scaled_dot_product_attention(*leaves, attn_mask=torch.from_numpy(mask)).backward(
+        torch.from_numpy(d_context))
+    for ours, leaf in zip(got, leaves, strict=True):
+        np.testing.assert_allclose(ours, leaf.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_tiles_of_the_tile_backward_add_up_to_flash_attention_backward() -> None:
+    """Summed over every tile of a walk without a mask (T and S not multiples of the
+    tile size), the reference's additions give mha.flash_attention_backward."""
+    rng = np.random.default_rng(13)
+    T, S, n = 7, 9, 4
+    q, d_out = rng.normal(size=(2, 2, T, 4))
+    k, v = rng.normal(size=(2, 2, S, 4))
+    out, lse = mha.flash_attention(q, k, v, tile_size=n)
+    row_dot = np.sum(d_out * out, axis=-1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    tile = exercises._EXERCISES["tile_backward"].reference
+    for q0 in range(0, T, n):
+        for k0 in range(0, S, n):
+            rows, cols = slice(q0, q0 + n), slice(k0, k0 + n)
+            a, b, c = tile(q[:, rows], k[:, cols], v[:, cols], d_out[:, rows], lse[:, rows],
+                           row_dot[:, rows])
+            dq[:, rows] += a
+            dk[:, cols] += b
+            dv[:, cols] += c
+    want = mha.flash_attention_backward(q, k, v, out, lse, d_out, tile_size=n)
+    for ours, theirs in zip((dq, dk, dv), want, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)

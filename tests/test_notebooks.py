@@ -340,6 +340,10 @@ VOLATILE_CELLS: dict[str, dict[str, str]] = {
         "73a9856f": "peak memory measured with tracemalloc",
         "af54f725": "timings and memory of torch's attention kernels",
     },
+    "12_how_attention_learns": {
+        "627eedcf": "peak memory of a training step, measured with tracemalloc",
+        "4a795368": "the figure of those measured peaks",
+    },
 }
 NBVAL_TAGS = ("nbval-ignore-output", "nbval-skip", "nbval-raises-exception", "nbval-check-output")
 

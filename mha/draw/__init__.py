@@ -22,6 +22,9 @@ Import as ``from mha import draw``. Every function returns a
 - FlashAttention: :func:`tiles_figure` (which tiles :func:`mha.flash_attention`
   computed, in which order), :func:`online_softmax_figure` (one row's running max
   and sum, tile by tile)
+- the backward pass: :func:`attention_backward_figure` (one head's forward with each
+  gradient under its twin), :func:`tiled_backward_figure` (FlashAttention's backward,
+  tile by tile)
 - numbers and vectors: :func:`curves_figure` (:class:`CurvePanel`, :class:`Series`,
   :class:`RefLine`), :func:`vectors_figure`
 - positions: :func:`rope_figure` (RoPE turning a query and a key),
@@ -35,6 +38,7 @@ Run :func:`mha.notebook.setup_figures` first for byte-identical SVG.
 """
 
 from mha.draw.alibi import alibi_figure
+from mha.draw.backward import attention_backward_figure, tiled_backward_figure
 from mha.draw.compressed import absorbed_attention_figure, paged_cache_figure
 from mha.draw.heatmaps import attention_grid, attention_heatmaps
 from mha.draw.inference import grouped_heads_figure, kv_cache_figure
@@ -62,6 +66,7 @@ __all__ = [
     "absorbed_attention_figure",
     "alibi_figure",
     "alt_text",
+    "attention_backward_figure",
     "attention_grid",
     "attention_heatmaps",
     "attention_pipeline_figure",
@@ -85,6 +90,7 @@ __all__ = [
     "rope_figure",
     "split_heads_figure",
     "tensor_grid",
+    "tiled_backward_figure",
     "tiles_figure",
     "transformer_figure",
     "vectors_figure",

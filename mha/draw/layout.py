@@ -248,23 +248,38 @@ class _Plan:
     fig_h: float
 
 
-def measure(rows: Sequence[Sequence[Item] | Line], cell: float = CELL) -> tuple[float, float]:
+def measure(
+    rows: Sequence[Sequence[Item] | Line],
+    cell: float = CELL,
+    *,
+    align: Sequence[Sequence[int]] = (),
+) -> tuple[float, float]:
     """The ``(width, height)`` in inches that :func:`compose` would give these rows,
     without drawing them (cheap: no figure, no axes)."""
-    plan = _plan(rows, cell)
+    plan = _plan(rows, cell, align)
     return plan.fig_w, plan.fig_h
 
 
 def compose(
-    rows: Sequence[Sequence[Item] | Line], cell: float = CELL
+    rows: Sequence[Sequence[Item] | Line],
+    cell: float = CELL,
+    *,
+    align: Sequence[Sequence[int]] = (),
 ) -> tuple[Figure, list[Axes]]:
     """Draw rows of grids on a new figure at most ``MAX_WIDTH`` inches wide.
 
     The cell edge starts at ``cell`` inches and shrinks (never below what the
     cell values need) until the widest row fits. Returns the figure and the
     axes of every grid, in reading order.
+
+    ``align`` lists groups of indices into ``rows`` (rows of items, not captions or
+    legends) laid out in common columns: item ``j`` of every row of a group sits in
+    column ``j``, as wide as the widest of them, so that a grid stands exactly under
+    the grid above it (their left edges line up; operators are centred in their
+    column). Rows of a group may differ in length; at each position they must hold
+    the same kind of item, grid or operator.
     """
-    plan = _plan(rows, cell)
+    plan = _plan(rows, cell, align)
     fig_w, fig_h = plan.fig_w, plan.fig_h
     fig = plt.figure(figsize=(fig_w, fig_h), facecolor="white")
     axes = [_draw_grid(fig, b, fig_w, fig_h) for b in plan.boxes]
@@ -278,11 +293,59 @@ def compose(
     return fig, axes
 
 
-def _plan(rows: Sequence[Sequence[Item] | Line], cell: float) -> _Plan:
+def _check_align(rows: Sequence[Sequence[Item] | Line],
+                 align: Sequence[Sequence[int]]) -> dict[int, list[int]]:
+    """Each aligned row's group (the indices of its rows), after checking the groups."""
+    group_of: dict[int, list[int]] = {}
+    for group in align:
+        group = [int(i) for i in group]
+        if not group:
+            continue
+        for i in group:
+            if not 0 <= i < len(rows) or isinstance(rows[i], Caption | Legend):
+                raise ValueError(f"align names row {i}, which is not a row of items")
+            if i in group_of:
+                raise ValueError(f"align names row {i} in two groups")
+            group_of[i] = group
+        for j in range(max(len(rows[i]) for i in group)):
+            kinds = {isinstance(rows[i][j], Op) for i in group if j < len(rows[i])}
+            if len(kinds) > 1:
+                raise ValueError(f"align: item {j} of rows {group} is a grid in one row and "
+                                 "an operator in another")
+    return group_of
+
+
+def _columns(group: Sequence[Sequence[Item]], cell: float) -> list[tuple[float, float]]:
+    """``(left, width)`` of each column of aligned rows: ``left`` from the column's edge
+    to its grids' left edge (0 for operators), ``width`` the widest item's."""
+    columns = []
+    for j in range(max(len(row) for row in group)):
+        items = [row[j] for row in group if j < len(row)]
+        if isinstance(items[0], Op):
+            columns.append((0.0, max(text_width(it.symbol, _OP_PT) + 0.06 for it in items)))
+            continue
+        metrics = [(_metrics(it, cell), it.shape[1]) for it in items]
+        left = max(m.left for m, _ in metrics)
+        columns.append((left, left + max(n * cell + m.right for m, n in metrics)))
+    return columns
+
+
+def _row_width(rows: Sequence[Sequence[Item] | Line], i: int,
+               group_of: dict[int, list[int]], cell: float) -> float:
+    if i not in group_of:
+        return _row_size(rows[i], cell)[0]
+    columns = _columns([rows[g] for g in group_of[i]], cell)  # type: ignore[misc]
+    return sum(width for _, width in columns) + _GAP * (len(columns) - 1)
+
+
+def _plan(rows: Sequence[Sequence[Item] | Line], cell: float,
+          align: Sequence[Sequence[int]] = ()) -> _Plan:
+    group_of = _check_align(rows, align)
     floor = _min_cell(rows)
     cell = max(cell, floor)
     for _ in range(4):  # titles spill non-linearly: a few rounds settle it
-        widest = max(_row_size(r, cell)[0] for r in rows if not isinstance(r, Caption | Legend))
+        widest = max(_row_width(rows, i, group_of, cell) for i, r in enumerate(rows)
+                     if not isinstance(r, Caption | Legend))
         if widest + 2 * _MARGIN <= MAX_WIDTH or cell <= floor:
             break
         ncells = max(
@@ -298,7 +361,7 @@ def _plan(rows: Sequence[Sequence[Item] | Line], cell: float) -> _Plan:
     legends: list[tuple[Legend, float]] = []
     y = _MARGIN
     width = 0.0
-    for row in rows:
+    for index, row in enumerate(rows):
         if isinstance(row, Legend):
             legends.append((row, y + _line(TICK_PT) * 0.5 + 0.02))
             y += max(_line(TICK_PT), _SWATCH) + 0.1
@@ -315,18 +378,26 @@ def _plan(rows: Sequence[Sequence[Item] | Line], cell: float) -> _Plan:
         grid_metrics = [_metrics(it, cell) for it in row if isinstance(it, Grid)]
         top = max(m.top for m in grid_metrics)
         smallest = min(it.shape[0] for it in row if isinstance(it, Grid))
+        columns = None
+        if index in group_of:
+            columns = _columns([rows[g] for g in group_of[index]], cell)  # type: ignore[misc]
+            row_w = _row_width(rows, index, group_of, cell)
         x = _MARGIN
         for i, item in enumerate(row):
             if i:
                 x += _GAP
             if isinstance(item, Op):
-                w = text_width(item.symbol, _OP_PT) + 0.06
+                w = text_width(item.symbol, _OP_PT) + 0.06 if columns is None else columns[i][1]
                 ops.append((item.symbol, x + w / 2, y + top + smallest * cell / 2))
                 x += w
                 continue
             m = _metrics(item, cell)
-            boxes.append(_Box(item, x + m.left, y + top, cell, m.rotate_cols))
-            x += m.left + item.shape[1] * cell + m.right
+            if columns is None:
+                boxes.append(_Box(item, x + m.left, y + top, cell, m.rotate_cols))
+                x += m.left + item.shape[1] * cell + m.right
+            else:
+                boxes.append(_Box(item, x + columns[i][0], y + top, cell, m.rotate_cols))
+                x += columns[i][1]
         width = max(width, row_w)
         y += row_h + _ROW_GAP
     fig_w = width + 2 * _MARGIN

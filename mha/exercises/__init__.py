@@ -38,6 +38,16 @@ from ._ch10_compressed_cache import (
     _quantize_per_channel_cases,
     _quantize_per_channel_mistakes,
 )
+from ._ch12_how_attention_learns import (
+    _head_backward,
+    _head_backward_cases,
+    _head_backward_mistakes,
+    _softmax_backward_cases,
+    _softmax_backward_mistakes,
+    _tile_backward,
+    _tile_backward_cases,
+    _tile_backward_mistakes,
+)
 from ._core import _Exercise, _judge, _Returns
 from ._heads import _merge_cases, _merge_mistakes, _split_cases, _split_mistakes
 from ._inference import (
@@ -366,6 +376,37 @@ _EXERCISES: dict[str, _Exercise] = {
         "codes 0, -1, 0.",
         reference=_quantize_per_channel,
         chapter="10_compressed_cache",
+    ),
+    "softmax_backward": _Exercise(
+        _softmax_backward_cases,
+        ("dz",),
+        "any axis, blocked entries, a row with nothing allowed, one-hot rows, float32",
+        _softmax_backward_mistakes(),
+        "Compute dz for one row of two weights by hand: build J = diag(p) - p p^T and "
+        "multiply it by dp.",
+        chapter="12_how_attention_learns",
+    ),
+    "head_backward": _Exercise(
+        _head_backward_cases,
+        ("dq", "dk", "dv"),
+        "T = S and T != S, batches and heads, causal and padding weights, a row with "
+        "nothing allowed, Dv != Dh, float32",
+        _head_backward_mistakes(),
+        "Print the shape of each intermediate (dv, dp, dz, dq, dk) on this input and "
+        "compare with the shapes in the chapter's formulas.",
+        reference=_head_backward,
+        chapter="12_how_attention_learns",
+    ),
+    "tile_backward": _Exercise(
+        _tile_backward_cases,
+        ("dq", "dk", "dv"),
+        "tiles of part of a row, batches and heads, Dv != Dh, scores in the thousands, "
+        "float32",
+        _tile_backward_mistakes(),
+        "Rebuild the tile's weights and compare them with the plain weights' tile, "
+        "softmax(q k^T / sqrt(Dh)) sliced to the same rows and keys.",
+        reference=_tile_backward,
+        chapter="12_how_attention_learns",
     ),
 }
 
