@@ -11,7 +11,8 @@ only those below it:
   (RoPE past its training length), :mod:`mha.tiled` (attention tile by tile),
   :mod:`mha.backward` (the gradients of attention, by hand),
   :mod:`mha.cost` (what a KV cache costs and saves), and the compressed caches:
-  :mod:`mha.mla` (multi-head latent attention and its latent cache),
+  :mod:`mha.mla` (multi-head latent attention and its latent cache; its weights
+  in :mod:`mha.mla_params`),
   :mod:`mha.paged_cache` (blocks and block tables) and :mod:`mha.quant_cache` (keys
   and values in 8, 4 or 2 bits);
 * beside it, the PyTorch layers: :mod:`mha.modules` (``MultiHeadAttention``),
@@ -145,17 +146,13 @@ _SPECIFICATION = {
         "AbsorbedWeights",
         "MLAAbsorbedSteps",
         "MLACache",
-        "MLAParams",
         "MLASteps",
-        "ROPE_LAYOUTS",
         "absorb",
         "mla_absorbed_steps",
-        "mla_rope",
-        "mla_softmax_scale",
         "mla_steps",
         "multi_head_latent_attention",
-        "rms_norm",
     ],
+    "mha.mla_params": ["MLAParams", "ROPE_LAYOUTS", "mla_rope", "mla_softmax_scale", "rms_norm"],
     "mha.paged_cache": [
         "EMPTY",
         "MemoryWaste",

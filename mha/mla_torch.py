@@ -102,12 +102,12 @@ class MultiHeadLatentAttention(nn.Module):
         The RMSNorms' epsilon.
     softmax_scale : float, optional
         Default ``1 / sqrt(Dn + Dr)``; DeepSeek-V3 under YaRN multiplies it by
-        ``mscale**2`` (:func:`mha.mla.mla_softmax_scale`).
+        ``mscale**2`` (:func:`mha.mla_params.mla_softmax_scale`).
 
     Attributes
     ----------
     W_dq, W_uq, W_qr, W_dkv, W_kr, W_uk, W_uv, W_o : nn.Linear
-        Bias-free; the names of :class:`mha.mla.MLAParams` (``W_dq`` is None without
+        Bias-free; the names of :class:`mha.mla_params.MLAParams` (``W_dq`` is None without
         a query latent). PyTorch stores ``(out, in)``.
     q_norm, kv_norm : nn.RMSNorm
         On the query latent (None without one) and on the KV latent.
@@ -319,7 +319,7 @@ def _linear_names(module: MultiHeadLatentAttention) -> dict[str, nn.Module | Non
 
 
 def module_from_params(params: Any) -> MultiHeadLatentAttention:
-    """A module with the weights of the specification's :class:`mha.mla.MLAParams`.
+    """A module with the weights of the specification's :class:`mha.mla_params.MLAParams`.
 
     Reads ``params.config()`` and ``params.weights()`` (arrays ``(D_in, D_out)``, stored
     transposed here), so this layer need not import the specification. The module has
@@ -347,7 +347,7 @@ def module_from_params(params: Any) -> MultiHeadLatentAttention:
 
 
 def params_fields(module: MultiHeadLatentAttention) -> dict[str, Any]:
-    """The fields of :class:`mha.mla.MLAParams` for this module's weights:
+    """The fields of :class:`mha.mla_params.MLAParams` for this module's weights:
     ``MLAParams(**params_fields(module))`` (NumPy arrays, ``(D_in, D_out)``)."""
     if not isinstance(module, MultiHeadLatentAttention):
         raise ValueError(f"module must be a MultiHeadLatentAttention, got "

@@ -198,7 +198,7 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     2023, section 3.4) sharpens it again by multiplying queries and keys each by
     ``sqrt(1 / t) = 0.1 ln(s) + 1`` (``mscale = 1``), fitted on LLaMA. DeepSeek's
     configurations weight the logarithm with ``mscale`` and ``mscale_all_dim``
-    (:func:`rope_yarn`, :func:`mha.mla.mla_softmax_scale`).
+    (:func:`rope_yarn`, :func:`mha.mla_params.mla_softmax_scale`).
 
     Parameters
     ----------

@@ -116,3 +116,35 @@ def test_the_standalone_code_is_checked_against_mha_in_a_hidden_cell():
 def test_linked_from_the_introduction(page):
     intro = (CHAPTERS.parent / "intro.md").read_text()
     assert f"notebooks/{page.stem}" in intro
+
+
+GALLERY = CHAPTERS / "90_gallery.md"
+
+
+def drawing_functions() -> set[str]:
+    """The functions of ``mha.draw`` that return a figure."""
+    import inspect
+
+    from mha import draw
+
+    return {name for name in draw.__all__ if inspect.isfunction(getattr(draw, name))
+            and inspect.signature(getattr(draw, name)).return_annotation == "Figure"}
+
+
+def shown(text: str) -> set[str]:
+    """The ``draw.`` functions the page's code cells call."""
+    cells = jupytext.reads(text, fmt="md:myst").cells
+    code = "\n".join(cell_source(c) for c in cells if c.cell_type == "code")
+    return set(re.findall(r"\bdraw\.(\w+)\(", code))
+
+
+def test_the_gallery_shows_every_drawing_function_once_or_more():
+    """Its introduction says it shows each drawing function; a new one must join it."""
+    missing = drawing_functions() - shown(GALLERY.read_text())
+    assert drawing_functions() and not missing, sorted(missing)
+
+
+def test_the_gallery_check_sees_a_function_only_in_prose():
+    text = ("```{code-cell} ipython3\nfig = draw.rope_figure(q, k)\n```\n\n"
+            "`draw.tiles_figure` in prose\n")
+    assert shown(text) == {"rope_figure"}

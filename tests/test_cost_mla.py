@@ -21,7 +21,8 @@ from mha.cost import (
     mla_values_per_token,
     sequence_cache_bytes,
 )
-from mha.mla import MLACache, MLAParams, mla_steps
+from mha.mla import MLACache, mla_steps
+from mha.mla_params import MLAParams
 
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 

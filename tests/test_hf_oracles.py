@@ -53,7 +53,8 @@ from torch import nn
 import mha
 from mha.kv_cache_torch import KVCache
 from mha.masks import causal_mask
-from mha.mla import MLACache, MLAParams, mla_softmax_scale, multi_head_latent_attention
+from mha.mla import MLACache, multi_head_latent_attention
+from mha.mla_params import MLAParams, mla_softmax_scale
 from mha.mla_torch import MLACache as TorchCache
 from mha.mla_torch import module_from_params
 from mha.modules import MultiHeadAttention

@@ -22,7 +22,7 @@ import sys
 import pytest
 
 SPECIFICATION = ("mha.attention", "mha.params", "mha.kv_cache", "mha.masks", "mha.tiled",
-                 "mha.cost", "mha.mla", "mha.paged_cache", "mha.quant_cache",
+                 "mha.cost", "mha.mla", "mha.mla_params", "mha.paged_cache", "mha.quant_cache",
                  "mha.rope_scaling", "mha.backward")  # fmt: skip
 TOP = ("mha.convert", "mha.gqa_pooling", "mha.draw", "mha.translator", "mha.bench",
        "mha.exercises")  # fmt: skip

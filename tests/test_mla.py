@@ -15,15 +15,12 @@ import torch
 from mha.masks import causal_mask
 from mha.mla import (
     MLACache,
-    MLAParams,
     absorb,
     mla_absorbed_steps,
-    mla_rope,
-    mla_softmax_scale,
     mla_steps,
     multi_head_latent_attention,
-    rms_norm,
 )
+from mha.mla_params import MLAParams, mla_rope, mla_softmax_scale, rms_norm
 from mha.mla_torch import MLACache as TorchCache
 from mha.mla_torch import MultiHeadLatentAttention, module_from_params, params_fields
 from mha.positional import rope_permutation

@@ -75,6 +75,9 @@ def problems(key: str, entry: Entry) -> list[str]:
             found.append("no author or organization")
     elif any("anonymous" in str(p).lower() for p in entry.persons.get("author", [])):
         found.append("'Anonymous' is not an author: leave the author out (NO_AUTHOR)")
+    elif any(str(p).startswith("{") for p in entry.persons.get("author", [])):
+        # the list sorts "{" after every letter: an organisation in braces comes last
+        found.append("an author in braces sorts after Z: write an organisation without them")
     year = entry.fields.get("year")
     if year is None or year.startswith("n.d.-"):
         if key not in UNDATED:

@@ -219,15 +219,17 @@ def test_math_is_rendered_somewhere(visit):
     assert visit("book/notebooks/01_notation.html").facts["typeset"] >= 3
 
 
-def test_references_page_lists_every_cited_work(served_site):
-    """The built references page has one entry per work the book cites, each showing
-    its title, with a link to its address where references.bib has one, a clean label
-    and no raw TeX (tests/test_references.py checks the file itself)."""
+@pytest.mark.parametrize("edition", ["", f"{ZH}/"])
+def test_references_page_lists_every_cited_work(served_site, edition):
+    """The built references page, in each edition, has one entry per work the book
+    cites, each showing its title, with a link to its address where references.bib has
+    one, a clean label (no back-links: the Chinese page once had some, to its own
+    title) and no raw TeX (tests/test_references.py checks the file itself)."""
     import html as html_lib
 
     import test_references as refs
 
-    page = (HTML / "book" / "references.html").read_text()
+    page = (HTML / edition / "book" / "references.html").read_text()
     blocks = re.findall(r'<div class="citation"[^>]*>(.*?)</div>', page, flags=re.S)
     shown = [html_lib.unescape(re.sub(r"<[^>]+>", "", b)).strip() for b in blocks]
     cited = refs.cited_keys()
@@ -241,6 +243,7 @@ def test_references_page_lists_every_cited_work(served_site):
     for text in shown:
         label, _, body = text.partition("]")
         assert re.fullmatch(r"\[\s*[A-Za-z0-9+]+\s*", label), f"label {label!r}"
+        assert not body.lstrip().startswith("("), f"back-links after {label}]: {body[:20]}"
         assert not re.search(r"[$\\{}]", body), f"raw TeX: {body}"
 
 

@@ -356,6 +356,19 @@ def fast_chinese_search() -> None:
     languages["zh"] = FastSearchChinese
 
 
+def drop_translated_backrefs(app, doctree, docname) -> None:
+    """A translated paragraph that cites a work is parsed again, and docutils counts its
+    citations a second and third time: on the Chinese references page, the works its
+    introduction cites showed back-links "(1,2,3)", two of them to the page's title.
+    The English pages show no back-links; neither do the translations."""
+    if edition(app) == "en":
+        return
+    from docutils import nodes
+
+    for node in doctree.findall(nodes.citation):
+        node["backrefs"] = []
+
+
 def adopt_translated_nodes(app, doctree) -> None:
     """Sphinx parses each translated message as a small document of its own and moves
     its nodes into the page, where they keep pointing at that small document (and its
@@ -379,6 +392,7 @@ def setup(app):
     app.connect("build-finished", front_door_language, priority=450)
     app.connect("html-page-context", translate_alt)
     app.connect("doctree-resolved", translate_code_comments)
+    app.connect("doctree-resolved", drop_translated_backrefs)
     app.connect("html-page-context", translate_labels)
     app.connect("build-finished", translate_attribute_labels, priority=600)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -27,7 +27,8 @@ from mha.draw.style import (
     tint,
     to_numpy,
 )
-from mha.mla import MLAParams, absorb, mla_absorbed_steps, mla_steps
+from mha.mla import absorb, mla_absorbed_steps, mla_steps
+from mha.mla_params import MLAParams
 from mha.paged_cache import EMPTY, PagedKVCache
 
 
