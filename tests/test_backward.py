@@ -34,19 +34,17 @@ from mha import (
     softmax,
     split_heads,
 )
+from mha.attention_cost import attention_backward_bytes, attention_backward_macs, attention_macs
 from mha.backward import (
-    AttentionGradients,
-    BackwardTileTrace,
     attention_backward,
     attention_backward_steps,
-    flash_attention_backward,
     merge_heads_backward,
-    multi_head_attention_backward,
     softmax_backward,
     split_heads_backward,
 )
 from mha.convert import params_to_torch
-from mha.cost import attention_backward_bytes, attention_backward_macs, attention_macs
+from mha.layer_backward import AttentionGradients, multi_head_attention_backward
+from mha.tiled_backward import BackwardTileTrace, flash_attention_backward
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

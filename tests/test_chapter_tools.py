@@ -187,7 +187,7 @@ def test_a_new_chapter_goes_in_its_place():
     at = lines.index("book/notebooks/03_a")
     assert lines[at - 1:at + 2:2] == ["book/notebooks/02_overview",
                                       "book/notebooks/03_step_by_step"]
-    source = (ROOT / "mha" / "exercises" / "__init__.py").read_text()
+    source = (ROOT / "mha" / "exercises" / "_registry.py").read_text()
     new = chapter.add_to_registry(source, chapter.NewChapter("04_a", "A"))
     # between chapter 3's last checker and chapter 4's first, and imported in order
     assert new.index('"add_and_norm": _Exercise(') < new.index('"a_row_sums": _Exercise(') \
@@ -310,7 +310,7 @@ def test_a_scaffolded_chapter_passes_the_plumbing_checks(tmp_path, monkeypatch):
     left = chapter.placeholders(root)
     assert any(line.startswith(f"book/chapters/{name}.md:") for line in left)
     assert any(line.startswith(f"mha/exercises/{new.module}.py:") for line in left)
-    assert any(line.startswith("mha/exercises/__init__.py:") for line in left)
+    assert any(line.startswith("mha/exercises/_registry.py:") for line in left)
     assert any(f"{name}.po:" in line and "translate the title" in line for line in left)
 
 

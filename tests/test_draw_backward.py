@@ -29,7 +29,7 @@ from matplotlib.colors import to_rgba
 
 import mha
 from mha import draw
-from mha.backward import BackwardTileTrace, attention_backward_steps, flash_attention_backward
+from mha.backward import attention_backward_steps
 from mha.draw import backward as draw_backward
 from mha.draw.backward import (
     DONE_FILL,
@@ -41,6 +41,7 @@ from mha.draw.layout import Caption, Grid, Op, compose
 from mha.draw.style import BLOCKED_FILL, head_fill
 from mha.draw.tiles import COMPUTED_FILL, PARTIAL_FILL, SKIPPED_FILL
 from mha.notebook import setup_figures
+from mha.tiled_backward import BackwardTileTrace, flash_attention_backward
 
 TOKENS = ["I", "like", "tea"]
 
@@ -195,7 +196,7 @@ def test_compose_aligns_the_items_of_rows_in_common_columns():
     assert aligned[4].get_position().x0 > aligned[3].get_position().x1
     with pytest.raises(ValueError, match="align names row 1, which is not a row of items"):
         compose(rows, align=[[0, 1]])
-    with pytest.raises(ValueError, match="item 1 of rows \\[0, 2\\] is a grid in one row"):
+    with pytest.raises(ValueError, match="item 1 of rows \\[0, 2\\] is not of one kind"):
         compose([rows[0], rows[1], [grid("c", 1), grid("d", 1)]], align=[[0, 2]])
     with pytest.raises(ValueError, match="align names row 0 in two groups"):
         compose(rows, align=[[0, 2], [0]])

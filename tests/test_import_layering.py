@@ -23,7 +23,8 @@ import pytest
 
 SPECIFICATION = ("mha.attention", "mha.params", "mha.kv_cache", "mha.masks", "mha.tiled",
                  "mha.cost", "mha.mla", "mha.mla_params", "mha.paged_cache", "mha.quant_cache",
-                 "mha.rope_scaling", "mha.backward")  # fmt: skip
+                 "mha.rope_scaling", "mha.backward", "mha.layer_backward", "mha.tiled_backward",
+                 "mha.attention_cost")  # fmt: skip
 TOP = ("mha.convert", "mha.gqa_pooling", "mha.draw", "mha.translator", "mha.bench",
        "mha.exercises")  # fmt: skip
 
@@ -147,3 +148,32 @@ def test_the_package_names_exactly_what_the_specification_exports():
     for module, names in mha._SPECIFICATION.items():
         assert sorted(names) == sorted(importlib.import_module(module).__all__), module
     assert mha.__all__ == sorted(n for names in mha._SPECIFICATION.values() for n in names)
+
+
+LONGEST_MODULE = 500  # lines: one idea per module, a few hundred lines at most
+
+
+def too_long(root) -> list[str]:
+    """The modules of the package longer than ``LONGEST_MODULE`` lines."""
+    from pathlib import Path
+
+    return sorted(f"{path.relative_to(root)}: {n} lines"
+                  for path in Path(root).rglob("*.py")
+                  if (n := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE)
+
+
+def test_no_module_of_mha_is_longer_than_the_house_allows():
+    """CONVENTIONS: one idea per module, a few hundred lines at most; a module that grows
+    past it is split by idea (mha.mla_params from mha.mla, mha.tiled_backward from
+    mha.backward, the checkers' registry from mha.exercises)."""
+    from pathlib import Path
+
+    import mha
+
+    assert too_long(Path(mha.__file__).parent) == []
+
+
+def test_the_length_rule_sees_a_long_module(tmp_path):
+    (tmp_path / "short.py").write_text("x = 1\n")
+    (tmp_path / "long.py").write_text("x = 1\n" * (LONGEST_MODULE + 1))
+    assert too_long(tmp_path) == [f"long.py: {LONGEST_MODULE + 1} lines"]

@@ -314,7 +314,7 @@ def validate(chapter: NewChapter, root: Path = ROOT) -> None:
         if path.stem[:2] == chapter.name[:2]:
             raise ValueError(f"{chapter.name}: chapter {chapter.name[:2]} exists already "
                              f"({path.relative_to(root)})")
-    registry = (root / "mha" / "exercises" / "__init__.py").read_text()
+    registry = (root / "mha" / "exercises" / "_registry.py").read_text()
     for check in chapter.checkers:
         if f'"{check}": _Exercise(' in registry:
             raise ValueError(f"{chapter.name}: mha.exercises has a checker {check} already")
@@ -373,7 +373,7 @@ def add_to_declared(text: str, docname: str) -> str:
 
 
 def add_to_registry(source: str, chapter: NewChapter) -> str:
-    """``mha/exercises/__init__.py`` with the chapter's checkers imported from their
+    """``mha/exercises/_registry.py`` with the chapter's checkers imported from their
     module and registered under the chapter's name, in the book's order."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -494,7 +494,7 @@ def new(chapter: NewChapter, root: Path = ROOT, say: Callable[[str], object] = p
         package = root / "mha" / "exercises"
         changes.write(package / f"{chapter.module}.py",
                       chapter.fill((TEMPLATE / "checkers.py.tmpl").read_text(encoding="utf-8")))
-        registry = package / "__init__.py"
+        registry = package / "_registry.py"
         changes.write(registry, add_to_registry(registry.read_text(encoding="utf-8"), chapter))
         say(f"{chapter.name}: source, table of contents, prose numbers, checkers written; "
             "running the notebook")

@@ -4,7 +4,7 @@ by tile.
 :func:`attention_backward_figure` draws one head's forward in three stages (scores,
 softmax, context) and under each its backward, every gradient under the forward value it
 belongs to (the same shape, the arrows reversed). :func:`tiled_backward_figure` follows
-:func:`mha.backward.flash_attention_backward` tile by tile from a
+:func:`mha.tiled_backward.flash_attention_backward` tile by tile from a
 :class:`mha.BackwardTileTrace`. Every number drawn comes from :mod:`mha.backward`, and
 each figure checks its claim on the arrays before drawing them: the gradients equal
 another code path's (the tiled backward, or the plain one) to 1e-12, and blocked pairs
@@ -24,13 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from mha._checks import as_bool_mask
-from mha.backward import (
-    AttentionBackwardSteps,
-    BackwardTileTrace,
-    attention_backward,
-    attention_backward_steps,
-    flash_attention_backward,
-)
+from mha.backward import AttentionBackwardSteps, attention_backward, attention_backward_steps
 from mha.draw.layout import Caption, Grid, Legend, Op, compose, measure
 from mha.draw.style import (
     ALLOWED_FILL,
@@ -52,6 +46,7 @@ from mha.draw.tile_trace import ATOL, _as_matrix
 from mha.draw.tiles import COMPUTED_FILL, PARTIAL_FILL, SKIPPED_FILL, _draw_tiles
 from mha.masks import causal_mask
 from mha.tiled import flash_attention
+from mha.tiled_backward import BackwardTileTrace, flash_attention_backward
 
 # Gradients on a diverging scale centred on zero: vermillion below, bluish green above
 # (two of the Okabe-Ito colours, told apart under the common colour-blindnesses, and
@@ -174,7 +169,7 @@ def attention_backward_figure(
 
     Before drawing, the figure checks its claims: the gradients equal
     :func:`mha.backward.attention_backward`'s and those of the tiled
-    :func:`mha.backward.flash_attention_backward` to 1e-12 (times their magnitude),
+    :func:`mha.tiled_backward.flash_attention_backward` to 1e-12 (times their magnitude),
     P and dZ are exactly 0 where the mask blocks, and every row of dZ sums to 0.
 
     Parameters
@@ -341,7 +336,7 @@ def tiled_backward_figure(
     decimals: int = 2,
 ) -> Figure:
     """FlashAttention's backward, tile by tile, as
-    :func:`mha.backward.flash_attention_backward` walked it.
+    :func:`mha.tiled_backward.flash_attention_backward` walked it.
 
     The function runs :func:`mha.flash_attention` (for the context and the log-sum-exp
     the backward needs), then ``flash_attention_backward`` with a

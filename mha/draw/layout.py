@@ -248,36 +248,26 @@ class _Plan:
     fig_h: float
 
 
-def measure(
-    rows: Sequence[Sequence[Item] | Line],
-    cell: float = CELL,
-    *,
-    align: Sequence[Sequence[int]] = (),
-) -> tuple[float, float]:
+def measure(rows: Sequence[Sequence[Item] | Line], cell: float = CELL, *,
+            align: Sequence[Sequence[int]] = ()) -> tuple[float, float]:
     """The ``(width, height)`` in inches that :func:`compose` would give these rows,
     without drawing them (cheap: no figure, no axes)."""
     plan = _plan(rows, cell, align)
     return plan.fig_w, plan.fig_h
 
 
-def compose(
-    rows: Sequence[Sequence[Item] | Line],
-    cell: float = CELL,
-    *,
-    align: Sequence[Sequence[int]] = (),
-) -> tuple[Figure, list[Axes]]:
+def compose(rows: Sequence[Sequence[Item] | Line], cell: float = CELL, *,
+            align: Sequence[Sequence[int]] = ()) -> tuple[Figure, list[Axes]]:
     """Draw rows of grids on a new figure at most ``MAX_WIDTH`` inches wide.
 
     The cell edge starts at ``cell`` inches and shrinks (never below what the
     cell values need) until the widest row fits. Returns the figure and the
     axes of every grid, in reading order.
 
-    ``align`` lists groups of indices into ``rows`` (rows of items, not captions or
-    legends) laid out in common columns: item ``j`` of every row of a group sits in
-    column ``j``, as wide as the widest of them, so that a grid stands exactly under
-    the grid above it (their left edges line up; operators are centred in their
-    column). Rows of a group may differ in length; at each position they must hold
-    the same kind of item, grid or operator.
+    ``align`` lists groups of indices into ``rows`` (rows of items) laid out in common
+    columns: item ``j`` of each row of a group sits in column ``j``, as wide as the
+    widest, so a grid stands exactly under the grid above it (operators centred).
+    Rows may differ in length; at each position they hold the same kind of item.
     """
     plan = _plan(rows, cell, align)
     fig_w, fig_h = plan.fig_w, plan.fig_h
@@ -310,14 +300,12 @@ def _check_align(rows: Sequence[Sequence[Item] | Line],
         for j in range(max(len(rows[i]) for i in group)):
             kinds = {isinstance(rows[i][j], Op) for i in group if j < len(rows[i])}
             if len(kinds) > 1:
-                raise ValueError(f"align: item {j} of rows {group} is a grid in one row and "
-                                 "an operator in another")
+                raise ValueError(f"align: item {j} of rows {group} is not of one kind")
     return group_of
 
 
 def _columns(group: Sequence[Sequence[Item]], cell: float) -> list[tuple[float, float]]:
-    """``(left, width)`` of each column of aligned rows: ``left`` from the column's edge
-    to its grids' left edge (0 for operators), ``width`` the widest item's."""
+    """``(left, width)`` of each column of aligned rows (``left``: to the grids' edge)."""
     columns = []
     for j in range(max(len(row) for row in group)):
         items = [row[j] for row in group if j < len(row)]
@@ -330,8 +318,8 @@ def _columns(group: Sequence[Sequence[Item]], cell: float) -> list[tuple[float, 
     return columns
 
 
-def _row_width(rows: Sequence[Sequence[Item] | Line], i: int,
-               group_of: dict[int, list[int]], cell: float) -> float:
+def _row_width(rows: Sequence[Sequence[Item] | Line], i: int, group_of: dict[int, list[int]],
+               cell: float) -> float:
     if i not in group_of:
         return _row_size(rows[i], cell)[0]
     columns = _columns([rows[g] for g in group_of[i]], cell)  # type: ignore[misc]
