@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import site_check
@@ -386,6 +387,25 @@ def test_language_switch_leads_to_the_same_page_in_the_other_edition(served_site
         assert (hreflang, name) == ("zh-CN", "中文")
         assert target == (HTML / ZH / page_path).resolve()
     assert target.exists(), f"{page_path}: {href}"
+
+
+def test_language_switch_keeps_the_section_and_the_search_query(page, served_site):
+    """book/_static/language-switch.js: from a section, the switch leads to that section
+    of the other edition; from the search page, to the same search there."""
+    if not ZH_PAGES:
+        pytest.skip("no Chinese edition built")
+    page.goto(f"{served_site}/{ZH}/search.html?q=注意力", wait_until="load")
+    link = page.locator("a.language-switch__link")
+    assert link.evaluate("a => new URL(a.href).search") == "?q=" + quote("注意力")
+    chapter = "book/notebooks/12_how_attention_learns.html"
+    page.goto(f"{served_site}/{chapter}#attention-learns-tiled", wait_until="load")
+    target = link.evaluate("a => a.href")
+    assert target == f"{served_site}/{ZH}/{chapter}#attention-learns-tiled", target
+    page.goto(target, wait_until="load")
+    assert page.locator("#attention-learns-tiled").count() == 1  # the section is there
+    page.evaluate("window.location.hash = 'attention-learns-cost'")
+    page.wait_for_function("() => document.querySelector('a.language-switch__link')"
+                           ".href.endsWith('#attention-learns-cost')")
 
 
 def test_chinese_search_finds_attention(page, served_site):
