@@ -289,3 +289,18 @@ def check_t5_buckets(
             f"buckets (num_buckets={num_buckets}, bidirectional={bidirectional})"
         )
     return per_direction, max_exact
+
+
+def check_rope_pair(rope_scaling: object, has_positions: bool) -> tuple[object, float]:
+    """``(inv_freq, attention_factor)`` of a RoPE scaling, ``(None, 1.0)`` without one;
+    only beside RoPE's positions (``has_positions``). ``inv_freq`` is checked where it
+    is used (``apply_rope``)."""
+    if rope_scaling is None:
+        return None, 1.0
+    if not has_positions or not isinstance(rope_scaling, tuple) or len(rope_scaling) != 2:
+        raise ValueError(
+            "rope_scaling must be a pair (inv_freq, attention_factor), given with "
+            f"rope_positions, got {type(rope_scaling).__name__}"
+            + ("" if has_positions else " and no rope_positions")
+        )
+    return rope_scaling[0], check_real(rope_scaling[1], "rope_scaling's attention_factor", 0.0)

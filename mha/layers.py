@@ -100,6 +100,7 @@ class EncoderLayer(nn.Module):
         need_weights: bool = False,
         score_bias: Tensor | None = None,
         rope_positions: Tensor | None = None,
+        rope_scaling: tuple[Tensor, float] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Encode ``x``. Everything after ``mask`` is passed by keyword.
 
@@ -117,6 +118,10 @@ class EncoderLayer(nn.Module):
         score_bias, rope_positions : Tensor, optional
             Positions inside the self-attention (ALiBi's bias ``(H, S, S)``, RoPE's
             positions ``(S,)``): see :meth:`MultiHeadAttention.forward`.
+        rope_scaling : (Tensor, float), optional
+            RoPE's frequencies and attention factor past the training length (e.g. a
+            :class:`mha.rope_scaling_torch.ScaledRope`): see
+            :meth:`MultiHeadAttention.forward`.
 
         Returns
         -------
@@ -127,7 +132,7 @@ class EncoderLayer(nn.Module):
         # Checked here: pre-norm meets x first in a LayerNorm, whose error names nothing.
         check_hidden(x, "x", self.self_attn.d_model, self.self_attn.W_q.weight.dtype)
         options = {"need_weights": need_weights, "score_bias": score_bias,
-                   "rope_positions": rope_positions}  # fmt: skip
+                   "rope_positions": rope_positions, "rope_scaling": rope_scaling}  # fmt: skip
         if self.norm_first:
             h = self.norm1(x)
             attended, weights = self.self_attn(h, h, h, mask, **options)

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mha._checks import check_divisible, check_kv_heads, check_positive_int
+from mha._checks import check_divisible, check_kv_heads, check_positive_int, check_rope_pair
 from mha.kv_cache_torch import KVCache
 from mha.positional_torch import apply_rope
 
@@ -254,6 +254,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         score_bias: Tensor | None = None,
         rope_positions: Tensor | None = None,
+        rope_scaling: tuple[Tensor, float] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -303,6 +304,11 @@ class MultiHeadAttention(nn.Module):
             are rotated after the projection, and the keys *before* they are cached: a
             cache holds rotated keys, and each new query is rotated at its own absolute
             position.
+        rope_scaling : (Tensor, float), optional
+            With ``rope_positions``: ``(inv_freq, attention_factor)``, e.g. a
+            :class:`mha.rope_scaling_torch.ScaledRope`: queries and keys rotated with
+            these ``(Dh/2,)`` frequencies, and the scores multiplied by the factor
+            squared (YaRN's factor on queries and keys, put on the queries alone).
 
         Returns
         -------
@@ -326,17 +332,20 @@ class MultiHeadAttention(nn.Module):
         score_bias = self._check_score_bias_and_rope(
             query, key, cached, reuse, score_bias, rope_positions
         )
+        inv_freq, factor = check_rope_pair(rope_scaling, rope_positions is not None)
         # 1. Project, all heads at once (one matmul each), 2. split the heads.
         q = self._split_heads(self.W_q(query), self.num_heads)  # (B, T, D) -> (B, H, T, Dh)
         if rope_positions is not None:  # the angle of each query's own position
-            q = apply_rope(q, rope_positions)  # (B, H, T, Dh)
+            q = apply_rope(q, rope_positions, inv_freq=inv_freq)  # (B, H, T, Dh)
+            if factor != 1.0:  # f on q and f on k is f^2 on q: the cached keys stay as trained
+                q = q * factor**2
         if reuse:  # cross-attention: the encoder memory was projected at the first step
             k, v = cache.k_heads, cache.v_heads  # (B, Hkv, S, Dh)
         else:
             k = self._split_heads(self.W_k(key), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
             v = self._split_heads(self.W_v(value), self.num_kv_heads)  # -> (B, Hkv, S, Dh)
             if rope_positions is not None:  # rotated once, before caching
-                k = apply_rope(k, rope_positions)  # (B, Hkv, S, Dh)
+                k = apply_rope(k, rope_positions, inv_freq=inv_freq)  # (B, Hkv, S, Dh)
             if cache is not None:
                 k, v = cache.append(k, v)  # the earlier positions first: (B, Hkv, S_all, Dh)
 

@@ -4,7 +4,7 @@ The whole model: embeddings, the position scheme, the encoder and decoder stacks
 :mod:`mha.layers`, and the output layer, with a KV cache for decoding. Positions are
 the paper's sinusoidal table (read from the specification's :mod:`mha.positional`:
 the one place a torch module imports the specification, for data, not for the
-attention under test) or RoPE or ALiBi inside self-attention
+attention under test) or RoPE, ALiBi or T5's learned bias inside self-attention
 (:mod:`mha.positional_torch`). The tests check it against PyTorch's
 ``nn.Transformer`` with copied weights (see :mod:`mha.convert`).
 
@@ -30,14 +30,22 @@ from mha.kv_cache_torch import KVCache
 from mha.layers import DecoderLayer, EncoderLayer
 from mha.masks_torch import check_token_ids, source_mask, target_mask
 from mha.positional import sinusoidal_positional_encoding
-from mha.positional_torch import alibi_bias, alibi_bias_directional
+from mha.positional_torch import alibi_bias, alibi_bias_directional, t5_relative_bias
 
-__all__ = ["POSITION_SCHEMES", "AttentionMaps", "TokenModel", "Transformer"]
+__all__ = [
+    "POSITION_SCHEMES", "T5_MAX_DISTANCE", "T5_NUM_BUCKETS", "AttentionMaps", "TokenModel",
+    "Transformer",
+]
 
 
 #: Where a model learns the order of its tokens: the ``position_scheme`` argument of every
 #: :class:`TokenModel` (the :class:`Transformer`, the translator's causal LM).
-POSITION_SCHEMES = ("none", "sinusoidal", "rope", "alibi", "alibi_directional")
+POSITION_SCHEMES = ("none", "sinusoidal", "rope", "alibi", "alibi_directional", "t5")
+
+#: T5's bucket layout for ``"t5"``: its published defaults (``relative_attention_num_buckets``,
+#: ``relative_attention_max_distance``), one bucket per distance below 8 (16 causal), then
+#: logarithmic buckets, the last one holding every distance from about 128 on.
+T5_NUM_BUCKETS, T5_MAX_DISTANCE = 32, 128
 
 
 @dataclass
@@ -85,8 +93,13 @@ class TokenModel(nn.Module):
         ways and causal where it is causal) or ``"alibi_directional"`` (the same, but
         attention that looks both ways gets different slopes to the left and to the
         right, :func:`mha.positional_torch.alibi_bias_directional`, so it tells a
-        sentence from its mirror image; causal attention gets plain ALiBi). Only
-        ``"sinusoidal"`` touches the embeddings; cross-attention never gets position
+        sentence from its mirror image; causal attention gets plain ALiBi) or ``"t5"``
+        (T5's learned bias: a table of one value per bucket of distance and head,
+        :func:`mha.positional_torch.t5_relative_bias`, added to the self-attention
+        scores like ALiBi's; causal buckets where attention is causal, bidirectional
+        ones where it looks both ways; :data:`T5_NUM_BUCKETS` and
+        :data:`T5_MAX_DISTANCE`, T5's defaults). Only ``"sinusoidal"`` touches the
+        embeddings; cross-attention never gets position
         information (its queries and keys come from two different sequences).
 
     Notes
@@ -95,6 +108,13 @@ class TokenModel(nn.Module):
     standard deviation ``d_model**-0.5``, so the scaled embedding has entries of size ~1,
     like the sinusoidal encoding they are added to. Initialised at N(0, 1), the scaled
     embedding would be ``sqrt(d_model)`` times larger and drown the position signal.
+
+    ``"t5"``'s tables (:meth:`_new_t5_tables`) are the only position parameters: one
+    ``(num_buckets, H)`` table per self-attention stack, shared by its layers, as T5
+    shares the one its first layer owns. The bias is added to the *scaled* scores
+    ``q . k / sqrt(Dh)`` (T5 adds it to unscaled ones and folds ``1 / sqrt(Dh)`` into
+    ``W_q``'s initialisation): trained from scratch, the table learns values on this
+    scale.
     """
 
     def __init__(self, d_model: int, num_heads: int, max_len: int, position_scheme: str):
@@ -117,6 +137,23 @@ class TokenModel(nn.Module):
             table = torch.from_numpy(sinusoidal_positional_encoding(max_len, d_model))
             encoding = table.to(torch.get_default_dtype())
         self.register_buffer("positional_encoding", encoding, persistent=False)
+        self.register_parameter("relative_bias_causal", None)  # "t5": _new_t5_tables
+        self.register_parameter("relative_bias_bidirectional", None)
+
+    def _new_t5_tables(self, *, causal: bool, bidirectional: bool) -> None:
+        """With ``"t5"``, T5's tables ``(num_buckets, H)``: one for the causal
+        self-attention and/or one for the one that looks both ways, at
+        ``N(0, d_model**-0.5)`` as Hugging Face initialises T5's (``_init_weights``; a
+        zero table would start the model as NoPE). A subclass calls it after building
+        every other weight, so the same seed gives those the values it gives under the
+        other schemes."""
+        if self.position_scheme != "t5":
+            return
+        for name, wanted in (("causal", causal), ("bidirectional", bidirectional)):
+            if wanted:
+                table = torch.empty(T5_NUM_BUCKETS, self.num_heads)
+                nn.init.normal_(table, mean=0.0, std=self.d_model**-0.5)
+                setattr(self, f"relative_bias_{name}", nn.Parameter(table))
 
     def _new_embeddings(self, *vocab_sizes: int) -> list[nn.Embedding]:
         """One embedding per vocabulary, all built, then all initialised at
@@ -147,12 +184,18 @@ class TokenModel(nn.Module):
         self, size: int, num_keys: int, causal: bool, x: Tensor
     ) -> tuple[Tensor | None, Tensor | None]:
         """``(score_bias, rope_positions)`` for a self-attention whose queries are the
-        last ``size`` of ``num_keys`` positions: ALiBi's bias ``(H, T, S)`` or RoPE's
-        positions ``(T,)`` (absolute, so a cached decoder rotates each new query at its
-        place); neither for NoPE, nor for the sinusoidal table, which is already in
+        last ``size`` of ``num_keys`` positions: ALiBi's or T5's bias ``(H, T, S)`` or
+        RoPE's positions ``(T,)`` (absolute, so a cached decoder rotates each new query at
+        its place); neither for NoPE, nor for the sinusoidal table, which is already in
         ``x``."""
         score_bias = rope_positions = None
-        if self.position_scheme == "alibi_directional" and not causal and size > 0:
+        if self.position_scheme == "t5" and size > 0:  # the same table in every layer
+            table = self.relative_bias_causal if causal else self.relative_bias_bidirectional
+            score_bias = t5_relative_bias(
+                table.to(x.dtype), size, num_keys, bidirectional=not causal,
+                max_distance=T5_MAX_DISTANCE,
+            )  # (H, T, S)
+        elif self.position_scheme == "alibi_directional" and not causal and size > 0:
             score_bias = alibi_bias_directional(
                 self.num_heads, size, dtype=x.dtype, device=x.device
             )  # (H, T, T): attention that looks both ways
@@ -268,6 +311,8 @@ class Transformer(TokenModel):
             self.encoder_norm = nn.Identity()
             self.decoder_norm = nn.Identity()
         self.output = nn.Linear(d_model, tgt_vocab_size)
+        # T5 gives each stack its own table (the encoder's first layer and the decoder's).
+        self._new_t5_tables(causal=True, bidirectional=True)
 
     def new_cache(self) -> list[tuple[KVCache, KVCache]]:
         """Empty caches for :meth:`decode`: per decoder layer, one for the growing

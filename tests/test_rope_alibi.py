@@ -725,6 +725,16 @@ def test_the_schemes_are_wired_into_self_attention_only(scheme):
             assert enc_rope.tolist() == [0, 1, 2, 3]
             assert r1.tolist() == [0, 1, 2] and r2.tolist() == [3, 4]
             assert enc_bias is None and b1 is None and b2 is None
+        elif scheme == "t5":  # each stack's own table, the same in every layer
+            encoder = model.relative_bias_bidirectional.detach().numpy()
+            decoder = model.relative_bias_causal.detach().numpy()
+            np.testing.assert_array_equal(enc_bias.detach().numpy(),
+                                          mha.t5_relative_bias(encoder, 4))  # a lookup: exact
+            np.testing.assert_array_equal(b1.detach().numpy(),
+                                          mha.t5_relative_bias(decoder, 3, bidirectional=False))
+            np.testing.assert_array_equal(
+                b2.detach().numpy(), mha.t5_relative_bias(decoder, 2, 5, bidirectional=False))
+            assert enc_rope is None and r1 is None and r2 is None
         else:
             assert all(a is None for a in (enc_bias, enc_rope, b1, r1, b2, r2))
 
@@ -822,7 +832,7 @@ def test_checkpoint_round_trips_the_scheme(tmp_path, scheme):
     torch.testing.assert_close(loaded(src, tgt_in), model(src, tgt_in), rtol=0, atol=0)
     if scheme != "sinusoidal":  # the option matters: the other schemes differ
         other = Transformer(**model.config | {"position_scheme": "sinusoidal"}).eval()
-        other.load_state_dict(model.state_dict())
+        other.load_state_dict(model.state_dict(), strict=scheme != "t5")  # T5's own tables
         assert (other(src, tgt_in) - model(src, tgt_in)).abs().max() > 1e-3
 
 

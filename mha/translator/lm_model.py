@@ -16,10 +16,19 @@ the arms of the length study (:data:`mha.transformer.POSITION_SCHEMES`; in a cau
 * ``"rope"``: queries and keys of every self-attention rotated by their positions
   (``rope_positions``, :func:`mha.positional_torch.apply_rope`);
 * ``"alibi"``: ALiBi's causal bias ``-slope_h * (i - j)`` on the scores, with the
-  paper's slopes (``score_bias``, :func:`mha.positional_torch.alibi_bias`).
+  paper's slopes (``score_bias``, :func:`mha.positional_torch.alibi_bias`);
+* ``"t5"``: T5's learned bias, one value per head and bucket of distance (causal
+  buckets), from one table shared by all layers (``score_bias``,
+  :func:`mha.positional_torch.t5_relative_bias`).
 
-None of the schemes has parameters, so the same seed gives the same weights whatever
-the scheme.
+Only ``"t5"`` has parameters, its table, built after every other weight: the same seed
+gives the same weights whatever the scheme, the table aside.
+
+Past the training length, without retraining: :meth:`CausalLM.forward` takes a RoPE
+scaling (``rope_scaling=``, from :mod:`mha.rope_scaling_torch`) and a sliding window
+with attention sinks (``window=``, ``num_sinks=``,
+:func:`mha.masks_torch.sliding_window_mask`). The window is a mask on the full pass:
+every token keeps its position, as in a cache that evicts keys but not positions.
 
 Shape legend: B batch, T length, D d_model, H heads, V vocabulary size.
 """
@@ -30,7 +39,7 @@ from torch import Tensor, nn
 
 from mha._checks import check_positive_int
 from mha.layers import EncoderLayer
-from mha.masks_torch import causal_mask
+from mha.masks_torch import causal_mask, sliding_window_mask
 from mha.transformer import TokenModel
 
 __all__ = ["CausalLM"]
@@ -78,27 +87,59 @@ class CausalLM(TokenModel):
         )
         self.final_norm = nn.LayerNorm(self.d_model)  # pre-norm leaves the stream un-normalised
         self.output = nn.Linear(self.d_model, vocab_size)
+        self._new_t5_tables(causal=True, bidirectional=False)  # last: see the module
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        """Next-token logits at every position.
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        rope_scaling: tuple[Tensor, float] | None = None,
+        window: int | None = None,
+        num_sinks: int = 0,
+    ) -> Tensor:
+        """Next-token logits at every position. Options after ``tokens`` by keyword;
+        the defaults are the model as trained.
 
         Parameters
         ----------
         tokens : Tensor
             ``(B, T)`` token ids; ``T <= max_len`` with ``"sinusoidal"``.
+        rope_scaling : (Tensor, float), optional
+            ``"rope"`` only: ``(inv_freq, attention_factor)``, e.g.
+            ``mha.rope_scaling_torch.rope_yarn(head_dim, s, L)``, in every layer in
+            place of RoPE's trained frequencies, the scores multiplied by the factor
+            squared (see :meth:`mha.modules.MultiHeadAttention.forward`).
+        window : int, optional
+            Each query attends to the ``window`` positions ending at itself (and the
+            sinks) instead of to its whole prefix.
+        num_sinks : int
+            With ``window``: the first ``num_sinks`` positions stay visible to every
+            query (attention sinks, Xiao et al. 2024).
 
         Returns
         -------
         Tensor
             ``(B, T, V)``: row ``t`` scores token ``t + 1`` from tokens ``0 .. t``.
         """
+        if rope_scaling is not None and self.position_scheme != "rope":
+            raise ValueError(
+                f"rope_scaling needs position_scheme 'rope', got {self.position_scheme!r}"
+            )
+        if window is None and num_sinks != 0:
+            raise ValueError(f"num_sinks={num_sinks!r} needs a window (window=None)")
         # 1. Embed: (B, T) -> (B, T, D), plus the table (T, D) for the absolute scheme.
         x = self._embed(tokens, self.embedding, "tokens")
         size = tokens.shape[1]
-        # 2. The causal mask (T, T), True = may attend, and the relative schemes' inputs.
-        causal = causal_mask(size, device=tokens.device)
+        # 2. The mask (T, T), True = may attend: causal, or a causal window with sinks;
+        #    and the relative schemes' inputs.
+        if window is None:
+            mask = causal_mask(size, device=tokens.device)
+        else:
+            mask = sliding_window_mask(size, window, num_sinks=num_sinks, device=tokens.device)
         score_bias, rope_positions = self._position_inputs(size, size, causal=True, x=x)
+        options = {"score_bias": score_bias, "rope_positions": rope_positions,
+                   "rope_scaling": rope_scaling}  # fmt: skip
         # 3. The layers, then the final norm and the output layer.
         for layer in self.layers:
-            x, _ = layer(x, causal, score_bias=score_bias, rope_positions=rope_positions)
+            x, _ = layer(x, mask, **options)
         return self.output(self.final_norm(x))  # (B, T, D) @ (D, V) -> (B, T, V)
