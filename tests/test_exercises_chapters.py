@@ -1220,3 +1220,144 @@ def test_tiles_of_the_tile_backward_add_up_to_flash_attention_backward() -> None
     want = mha.flash_attention_backward(q, k, v, out, lse, d_out, tile_size=n)
     for ours, theirs in zip((dq, dk, dv), want, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- chapter 11
+
+
+def t5_bucket_loops(distance, num_buckets=32, max_distance=128):
+    """T5's causal bucket, one distance at a time, in plain Python."""
+    exact = num_buckets // 2
+    out = []
+    for n in np.ravel(distance).tolist():
+        if n < exact:
+            out.append(n)
+        else:
+            grown = math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+            out.append(min(exact + int(grown), num_buckets - 1))
+    return np.array(out).reshape(np.shape(distance))
+
+
+def t5_bucket_variant(kind="right"):
+    def candidate(distance, num_buckets=32, max_distance=128):
+        n = np.asarray(distance, dtype=float)
+        exact = num_buckets // 2
+        if kind == "no half":  # every bucket logarithmic past num_buckets exact ones
+            exact = num_buckets
+        ratio = np.log(np.maximum(n, exact) / exact) / np.log(max_distance / exact)
+        step = {"ceil": np.ceil, "round": np.round}.get(kind, np.floor)
+        far = exact + step(ratio * (num_buckets - exact))
+        if kind != "uncapped":
+            far = np.minimum(far, num_buckets - 1)
+        return np.where(n < exact, n, far).astype(int)
+
+    return candidate
+
+
+def window_keys_loops(t, window, num_sinks=0):
+    return np.array([j for j in range(t + 1) if j > t - window or j < num_sinks])
+
+
+def window_keys_variant(kind):
+    def candidate(t, window, num_sinks=0):
+        first = t - window + (0 if kind == "wide" else 1)
+        keys = [j for j in range(max(first, 0), t + 1)]
+        sinks = list(range(num_sinks)) if kind == "future" else list(range(min(num_sinks, t + 1)))
+        if kind == "none":
+            sinks = []
+        if kind == "twice":
+            return np.array(sinks + keys)
+        return np.array(sorted(set(sinks) | set(keys)))
+
+    return candidate
+
+
+def yarn_ramp_formula(head_dim, training_length, base=10000.0, beta_fast=32.0, beta_slow=1.0):
+    """The ramp written out: the pair index turning beta times, rounded out, clipped."""
+
+    def index(turns):
+        return head_dim * math.log(training_length / (2 * math.pi * turns)) / (2 * math.log(base))
+
+    low = max(math.floor(index(beta_fast)), 0)
+    high = min(math.ceil(index(beta_slow)), head_dim - 1)
+    if low == high:
+        high += 0.001
+    return np.array([min(max((i - low) / (high - low), 0.0), 1.0) for i in range(head_dim // 2)])
+
+
+def yarn_ramp_variant(kind):
+    def candidate(head_dim, training_length, base=10000.0, beta_fast=32.0, beta_slow=1.0):
+        theta = base ** (-np.arange(0, head_dim, 2) / head_dim)
+        if kind == "turns":  # the paper's ramp, linear in r
+            r = training_length * theta / (2 * math.pi)
+            return np.clip((beta_fast - r) / (beta_fast - beta_slow), 0, 1)
+        ramp = yarn_ramp_formula(head_dim, training_length, base, beta_fast, beta_slow)
+        return 1 - ramp  # "reversed"
+
+    return candidate
+
+
+CORRECT_11 = [
+    ("t5_bucket", t5_bucket_loops),
+    ("t5_bucket", t5_bucket_variant()),
+    ("window_keys", window_keys_loops),
+    ("window_keys", window_keys_variant("right")),
+    ("yarn_ramp", yarn_ramp_formula),
+]
+
+MISTAKES_11: dict[str, dict[str, tuple[Callable, str]]] = {
+    "t5_bucket": {
+        "uncapped": (t5_bucket_variant("uncapped"), "buckets beyond the last one"),
+        "ceil": (t5_bucket_variant("ceil"), "rounded up, not down"),
+        "round": (t5_bucket_variant("round"), "rounded to the nearest"),
+        "no half": (t5_bucket_variant("no half"), "a bucket of its own"),
+        "sign": (lambda d, n=32, m=128: t5_bucket_loops(np.zeros_like(d), n, m), "bucket 0"),
+    },
+    "window_keys": {
+        "wide": (window_keys_variant("wide"), "window + 1 keys"),
+        "twice": (window_keys_variant("twice"), "listed twice"),
+        "future": (window_keys_variant("future"), "Sinks after the query"),
+        "none": (window_keys_variant("none"), "sinks are missing"),
+    },
+    "yarn_ramp": {
+        "turns": (yarn_ramp_variant("turns"), "linear in the turns"),
+        "reversed": (yarn_ramp_variant("reversed"), "The ramp is reversed"),
+    },
+}
+
+
+@pytest.mark.parametrize(("name", "candidate"), CORRECT_11,
+                         ids=lambda c: getattr(c, "__name__", c))
+def test_chapter_11_correct_unusual_answers_pass(capsys, name: str, candidate: Callable) -> None:
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is True, out
+    assert out.startswith(f"{name}: correct on ")
+
+
+@pytest.mark.parametrize(
+    ("name", "mistake"), [(name, m) for name, table in MISTAKES_11.items() for m in table]
+)
+def test_chapter_11_each_mistake_gets_its_own_message(capsys, name: str, mistake: str) -> None:
+    candidate, phrase = MISTAKES_11[name][mistake]
+    verdict, out = run(capsys, name, candidate)
+    assert verdict is False
+    assert "Likely mistake: " in out and phrase in out, out
+    others = [other for other, (_, p) in MISTAKES_11[name].items() if p != phrase and p in out]
+    assert not others, f"{mistake} also printed the diagnosis of {others}: {out}"
+    assert "[" not in out.split("Likely mistake")[1]  # no array is ever printed
+
+
+def test_chapter_11_checkers_are_all_tested_here() -> None:
+    assert set(MISTAKES_11) == {name for name, _ in CORRECT_11} == set(
+        exercises.names("11_longer_than_trained"))
+    assert not set(MISTAKES_11) & (set(MISTAKES) | set(MISTAKES_10) | set(MISTAKES_12))
+
+
+def test_yarn_ramp_blends_the_frequencies_rope_yarn_gives() -> None:
+    """theta' = theta (1 - ramp) + theta / s ramp, for any s: the ramp is YaRN's."""
+    for head_dim, length in ((8, 32), (64, 4096), (128, 8192)):
+        ramp = yarn_ramp_formula(head_dim, length)
+        theta = mha.rope_default(head_dim).inv_freq
+        for s in (2.0, 8.0):
+            np.testing.assert_allclose(mha.rope_yarn(head_dim, s, length).inv_freq,
+                                       theta * (1 - ramp) + theta / s * ramp, rtol=1e-12)

@@ -18,6 +18,21 @@ from ._ch10_compressed_cache import (
     _quantize_per_channel_cases,
     _quantize_per_channel_mistakes,
 )
+from ._ch11_longer_than_trained import (
+    _t5_bucket,
+    _t5_cases,
+    _t5_mistakes,
+    _window_keys,
+    _yarn_cases,
+    _yarn_mistakes,
+    _yarn_ramp,
+)
+from ._ch11_longer_than_trained import (
+    _window_cases as _window_keys_cases,
+)
+from ._ch11_longer_than_trained import (
+    _window_mistakes as _window_keys_mistakes,
+)
 from ._ch12_how_attention_learns import (
     _head_backward,
     _head_backward_cases,
@@ -339,6 +354,34 @@ _EXERCISES: dict[str, _Exercise] = {
         "codes 0, -1, 0.",
         reference=_quantize_per_channel,
         chapter="10_compressed_cache",
+    ),
+    "yarn_ramp": _Exercise(
+        _yarn_cases,
+        ("the ramp",),
+        "the book's model, Llama-like settings, other betas",
+        _yarn_mistakes(),
+        "For head_dim 64 and L 4096, which pair turns 32 times, which once?",
+        reference=_yarn_ramp,
+        chapter="11_longer_than_trained",
+    ),
+    "t5_bucket": _Exercise(
+        _t5_cases,
+        ("the buckets",),
+        "T5's 32 buckets to 128 and two smaller tables, distances past max_distance",
+        _t5_mistakes(),
+        "Work out the bucket of distances 15, 16, 31, 128 and 500 by hand (32, 128).",
+        exact=False,
+        reference=_t5_bucket,
+        chapter="11_longer_than_trained",
+    ),
+    "window_keys": _Exercise(
+        _window_keys_cases,
+        ("the key positions",),
+        "early queries, sinks inside and outside the window, windows of 1 to 32",
+        _window_keys_mistakes(),
+        "List the keys of query 9 with window 4 and 2 sinks by hand.",
+        reference=_window_keys,
+        chapter="11_longer_than_trained",
     ),
     "softmax_backward": _Exercise(
         _softmax_backward_cases,

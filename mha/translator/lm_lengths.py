@@ -95,7 +95,7 @@ __all__ = [
 RESULTS = Path(__file__).with_name("results") / "lm_lengths.json"
 #: The position schemes compared (of :data:`mha.transformer.POSITION_SCHEMES`; in a causal
 #: model "alibi_directional" is "alibi").
-ARMS = ("none", "sinusoidal", "rope", "alibi")
+ARMS = ("none", "sinusoidal", "rope", "alibi", "t5")
 #: The seeds of the recorded results.
 SEEDS = (0, 1, 2, 3, 4)
 #: Nats: how close to the best arm's validation loss every run must come.

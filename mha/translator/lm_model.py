@@ -96,7 +96,8 @@ class CausalLM(TokenModel):
         rope_scaling: tuple[Tensor, float] | None = None,
         window: int | None = None,
         num_sinks: int = 0,
-    ) -> Tensor:
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Next-token logits at every position. Options after ``tokens`` by keyword;
         the defaults are the model as trained.
 
@@ -115,11 +116,15 @@ class CausalLM(TokenModel):
         num_sinks : int
             With ``window``: the first ``num_sinks`` positions stay visible to every
             query (attention sinks, Xiao et al. 2024).
+        need_weights : bool
+            Also return every layer's attention weights.
 
         Returns
         -------
         Tensor
             ``(B, T, V)``: row ``t`` scores token ``t + 1`` from tokens ``0 .. t``.
+        weights : list of Tensor
+            With ``need_weights``: one ``(B, H, T, T)`` per layer, first layer first.
         """
         if rope_scaling is not None and self.position_scheme != "rope":
             raise ValueError(
@@ -138,8 +143,11 @@ class CausalLM(TokenModel):
             mask = sliding_window_mask(size, window, num_sinks=num_sinks, device=tokens.device)
         score_bias, rope_positions = self._position_inputs(size, size, causal=True, x=x)
         options = {"score_bias": score_bias, "rope_positions": rope_positions,
-                   "rope_scaling": rope_scaling}  # fmt: skip
+                   "rope_scaling": rope_scaling, "need_weights": need_weights}  # fmt: skip
         # 3. The layers, then the final norm and the output layer.
+        weights = []
         for layer in self.layers:
-            x, _ = layer(x, mask, **options)
-        return self.output(self.final_norm(x))  # (B, T, D) @ (D, V) -> (B, T, V)
+            x, w = layer(x, mask, **options)  # w: (B, H, T, T) or None
+            weights.append(w)
+        logits = self.output(self.final_norm(x))  # (B, T, D) @ (D, V) -> (B, T, V)
+        return (logits, weights) if need_weights else logits

@@ -81,7 +81,11 @@ def lm_data(config: LMConfig) -> LMData:
 
 @torch.no_grad()
 def evaluate_positions(
-    model: CausalLM, documents: Tensor, translation: Tensor, batch_size: int = 250
+    model: CausalLM,
+    documents: Tensor,
+    translation: Tensor,
+    batch_size: int = 250,
+    **options: Any,
 ) -> dict[str, Tensor]:
     """Next-token measures at every position, over a set of documents.
 
@@ -94,6 +98,9 @@ def evaluate_positions(
         ``(N, T)`` bool: the targets on the translation side.
     batch_size : int
         Documents per forward pass (memory only; the numbers do not depend on it).
+    **options
+        Passed to the model (:meth:`CausalLM.forward`: ``rope_scaling``, ``window``,
+        ``num_sinks``); none: the model as trained.
 
     Returns
     -------
@@ -110,7 +117,7 @@ def evaluate_positions(
     translation_correct = torch.zeros_like(loss)
     for start in range(0, documents.shape[0], batch_size):
         batch = documents[start : start + batch_size]  # (b, T + 1)
-        logits = model(batch[:, :-1])  # (b, T) -> (b, T, V)
+        logits = model(batch[:, :-1], **options)  # (b, T) -> (b, T, V)
         targets = batch[:, 1:]  # (b, T)
         nats = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (b, T)
         hits = logits.argmax(dim=-1) == targets  # (b, T)
