@@ -53,8 +53,10 @@ def translator():
 
 
 def sentences() -> list[str]:
-    """24 held-out sentences (never trained on) and chapter 7's probes of what the
-    model was not trained for, 4 of each kind (two adjectives on a noun, two clauses)."""
+    """24 held-out sentences (never trained on), 6 of the compositional split (held-out
+    combinations: the sentences chapter 7's trap model gets wrong) and chapter 7's
+    probes of what the model was not trained for, 4 of each kind (two adjectives on a
+    noun, two clauses)."""
     from mha.translator import CHECKPOINT, generate_corpus, length_probes, read_metadata
 
     config = read_metadata(CHECKPOINT)["extra"]["train_config"]
@@ -63,6 +65,7 @@ def sentences() -> list[str]:
                              num_compositional=config["num_compositional"])  # fmt: skip
     probes = length_probes(seed=0, num=4, exclude=corpus)
     return [e.english for e in corpus.heldout[:24]] + [
+        e.english for e in corpus.compositional[:6]] + [
         e.english for kind in probes.values() for e in kind]
 
 
