@@ -738,8 +738,9 @@ def _drawn(page, kind: str) -> dict[tuple[int, int], float]:
 def test_the_live_translator_writes_and_draws_what_the_python_model_does(
         browser, served_site, visit, page_path):
     """One visit, many sentences (tests/live_page.py): 24 held-out sentences, 6
-    compositional ones and chapter 7's 8 probes, and four of them with heads silenced. The page's words are
-    greedy_decode's and every weight it computes is the torch model's (1e-4); the
+    compositional ones and chapter 7's 8 probes, and four of them with heads silenced.
+    The page's words are greedy_decode's and every weight it computes is the torch
+    model's (1e-4); the
     runtime and the model come from this site, only once the reader starts the model,
     and weigh what the page says. Then by keyboard alone: a sentence typed and
     translated, a step, a head and a silenced head chosen; the heat maps, the lines and
