@@ -824,6 +824,26 @@ def test_the_live_translator_writes_and_draws_what_the_python_model_does(
         assert words == quiet and words != want.target
         assert page.evaluate("document.activeElement.dataset.head") == "encoder:0:0"
 
+        # Completion: after "the black", another adjective or a noun of either number.
+        from mha.translator.lexicon import ADJECTIVES, NOUNS
+
+        page.fill(".live-form input[type=text]", "the black ")
+        offered = page.eval_on_selector_all(".live-form datalist option",
+                                            "els => els.map(e => e.value)")
+        nexts = page.eval_on_selector_all(".live-form select option",
+                                          "els => els.map(e => e.value).filter(Boolean)")
+        grammar = {a.en for a in ADJECTIVES} - {"black"} | {w for n in NOUNS
+                                                           for w in (n.en, n.en_plural)}
+        assert set(nexts) == grammar and len(nexts) == len(grammar)
+        assert offered == [f"the black {w}" for w in nexts]
+        page.fill(".live-form input[type=text]", "the black ca")  # a word begun
+        offered = page.eval_on_selector_all(".live-form datalist option",
+                                            "els => els.map(e => e.value)")
+        assert offered == ["the black cat", "the black cats"]
+        page.focus(".live-form select")
+        page.keyboard.press("ArrowDown")  # the first word offered, by keyboard
+        assert page.input_value(".live-form input[type=text]") == f"the black {nexts[0]}"
+
         # Outside the grammar: the page's own message, and no translation.
         for sentence, key, values in OUTSIDE:
             got = page.evaluate("s => window.liveTranslator.translate(s)", sentence)
@@ -834,6 +854,12 @@ def test_the_live_translator_writes_and_draws_what_the_python_model_does(
 
         # The running page, every table open, at both widths and in dark mode.
         live_page.translate_in_page(page, cases[:1])
+        # At the top, as a first visit is examined (scrolled, the theme shows its "Back
+        # to top" button, whose contrast is the theme's own affair).
+        page.evaluate("window.scrollTo(0, 0)")
+        page.wait_for_function("() => !document.querySelector('#pst-back-to-top')"
+                               " || getComputedStyle(document.querySelector("
+                               "'#pst-back-to-top')).display === 'none'")
         assert not site_check.examine(page, (PHONE, PHONE_HEIGHT), measured=_MEASURED)
         assert not found, found
     finally:

@@ -97,7 +97,9 @@ function livePage(VENDOR) {
     }
     if (s.at === "det" || s.at === "adj") {
       if (s.article && (s.article === "an") !== vowel(word)) return null; // a cat, an old cat
-      if (G.adjectives.has(word)) return { ...s, at: "adj", article: null };
+      if (G.adjectives.has(word) && !(s.adjectives || []).includes(word)) {
+        return { ...s, at: "adj", article: null, adjectives: [...(s.adjectives || []), word] };
+      }
       if (G.nouns.has(word) && s.numbers.includes(G.nouns.get(word))) {
         return s.object ? { at: "object" } : { at: "subject", plural: G.nouns.get(word) };
       }
@@ -263,13 +265,15 @@ function livePage(VENDOR) {
     const prefix = words.length ? `${words.join(" ")} ` : "";
     ui.list.replaceChildren(...options.filter((w) => w.startsWith(partial)).map((w) =>
       el("option", { value: prefix + w })));
+    // The list: every word that may follow the whole words typed (one begun is replaced).
     ui.next.replaceChildren(el("option", { value: "", text: S.nextPick }),
-      ...nextWords(tokenize(text)).map((w) => el("option", { value: w, text: w })));
+      ...options.map((w) => el("option", { value: w, text: w })));
+    ui.whole = words;
   }
   ui.input.addEventListener("input", refreshChoices);
   ui.next.addEventListener("change", () => {
     if (!ui.next.value) return;
-    ui.input.value = `${tokenize(ui.input.value).join(" ")} ${ui.next.value}`.trim();
+    ui.input.value = [...ui.whole, ui.next.value].join(" ");
     refreshChoices();
     ui.next.focus();
   });
@@ -394,7 +398,7 @@ function livePage(VENDOR) {
             checked: view.silenced.has(key) });
           box.addEventListener("change", () => {
             if (box.checked) view.silenced.add(key); else view.silenced.delete(key);
-            run(s.source).catch(() => {});
+            serial(() => run(s.source, { keepStep: true })).catch(() => {});
           });
           silence.append(el("div", { class: "live-check" }, box,
             el("label", { for: id, text: fill(S.headName, { attention: S[kind], layer: l, head: h }) })));
@@ -437,8 +441,16 @@ function livePage(VENDOR) {
     }
   }
 
-  let running = null;
-  async function run(words, { delay = STEP_DELAY_MS } = {}) {
+  // One translation at a time: a run asked for while another one works waits for it.
+  let queue = Promise.resolve();
+  const serial = (job) => {
+    const next = queue.then(job, job);
+    queue = next.catch(() => {});
+    return next;
+  };
+
+  async function run(words, { delay = STEP_DELAY_MS, keepStep = false } = {}) {
+    const chosen = view.step;
     ui.start.disabled = true;
     try {
       if (view.silenced.size) {
@@ -452,7 +464,7 @@ function livePage(VENDOR) {
         ui.status.textContent = fill(S.writing, { step: s.target.length });
         render();
       }, delay);
-      view.step = 0;
+      view.step = keepStep ? Math.min(chosen, state.target.length - 1) : 0;
       render();
       ui.status.textContent = fill(S.done, { steps: state.target.length });
       return state;
@@ -461,9 +473,8 @@ function livePage(VENDOR) {
     }
   }
 
-  async function start({ delay } = {}) {
-    if (running) await running.catch(() => {});
-    const job = (async () => {
+  function start({ delay } = {}) {
+    return serial(async () => {
       if (!model) {
         ui.status.textContent = S.loading;
         try {
@@ -482,9 +493,7 @@ function livePage(VENDOR) {
         return { problem: checked.problem };
       }
       return run(checked.words, { delay });
-    })();
-    running = job;
-    return job;
+    });
   }
   ui.start.addEventListener("click", () => { start().catch(() => {}); });
   ui.input.addEventListener("keydown", (event) => {
