@@ -62,12 +62,27 @@ venv: $(STAMP)
 # (accessibility and speech, other renderers, TeX extensions), not the other bundles.
 # axe-core, from the same manifest, is for the browser tests only.
 MATHJAX_PARTS := tex-chtml.js input output a11y sre ui
+# ONNX Runtime Web (same manifest) for the live translator's page: its WebAssembly-only
+# script, the module that starts the WebAssembly and the one build 1.31 ships for the
+# CPU (threaded, run on one thread), not the 18-30 MB variants for WebGPU and others.
+ORT_PARTS := ort.wasm.min.js ort-wasm-simd-threaded.mjs ort-wasm-simd-threaded.wasm
 $(MATHJAX): book/_vendor/package.json book/_vendor/package-lock.json
 	cd book/_vendor && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	rm -rf book/_vendor/site && mkdir -p book/_vendor/site/_vendor/mathjax
 	cd book/_vendor/node_modules/mathjax/es5 && cp -r $(MATHJAX_PARTS) ../../../site/_vendor/mathjax/
+	mkdir -p book/_vendor/site/_vendor/onnxruntime-web
+	cd book/_vendor/node_modules/onnxruntime-web && cp $(addprefix dist/,$(ORT_PARTS)) \
+		../../site/_vendor/onnxruntime-web/
 	$(MAKE) --no-print-directory fonts
 	touch $(MATHJAX)
+
+# The live translator's model (book/notebooks/93_translator_live), served by the site:
+# the shipped checkpoint exported to ONNX by tools/onnx_export.py at set-up (the same
+# bytes on every run), never committed.
+TRANSLATOR_ONNX := book/_vendor/model/_vendor/translator/translator.json
+$(TRANSLATOR_ONNX): $(STAMP) tools/onnx_export.py mha/translator/checkpoints/translator.npz
+	rm -rf book/_vendor/model
+	$(PY) -m tools.onnx_export $(dir $(TRANSLATOR_ONNX))
 
 # The CJK web font (Noto Sans SC, from the same manifest), served by the site itself to
 # both editions: the regular and bold weights, each cut by Fontsource into about a
@@ -88,8 +103,8 @@ fonts:
 			$(FONT_DIR)/files/; \
 	done
 
-# What building the site needs besides: MathJax.
-setup: venv $(MATHJAX)
+# What building the site needs besides: MathJax, ONNX Runtime Web and the model.
+setup: venv $(MATHJAX) $(TRANSLATOR_ONNX)
 
 book: setup site-build
 	@echo "site: _build/html/index.html (English), _build/html/zh_CN/index.html (中文)"
@@ -219,7 +234,7 @@ bench: venv
 # checkers, workbook and catalog, and the cheap checks of the whole book's plumbing).
 # SITE=1 also builds the site and runs the browser tests of its page in both editions.
 .PHONY: chapter-check chapter
-chapter-check: venv $(if $(SITE),$(MATHJAX))
+chapter-check: venv $(if $(SITE),$(MATHJAX) $(TRANSLATOR_ONNX))
 	$(if $(NB),,$(error chapter-check needs NB=NN_slug))
 	$(PY) -m tools.chapter check $(NB) $(if $(SITE),--site)
 
@@ -231,4 +246,4 @@ chapter: venv
 	$(PY) -m tools.chapter new $(NAME) --title "$(TITLE)" $(if $(TITLE_ZH),--title-zh "$(TITLE_ZH)")
 
 clean:
-	rm -rf _build book/_vendor/site book/_vendor/node_modules
+	rm -rf _build book/_vendor/site book/_vendor/model book/_vendor/node_modules

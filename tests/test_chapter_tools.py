@@ -206,7 +206,9 @@ def _book_copy(root: Path) -> Path:
         shutil.copytree(ROOT / folder, root / folder, ignore=ignore)
     (root / "book" / "notebooks").mkdir()
     shutil.copy(ROOT / "book" / "notebooks" / "ruff.toml", root / "book" / "notebooks")
-    (root / "book" / "_vendor" / "site").mkdir(parents=True)
+    # The folders of html_extra_path, which `make setup` fills (Sphinx warns if missing).
+    for folder in ("site", "model"):
+        (root / "book" / "_vendor" / folder).mkdir(parents=True)
     return root
 
 

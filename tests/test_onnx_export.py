@@ -262,6 +262,14 @@ def test_metadata_names_what_the_graphs_take_and_give(translator, sessions, expo
         assert [i.name for i in session.get_inputs()] == meta[f"{part}_inputs"]
         assert [o.name for o in session.get_outputs()] == meta[f"{part}_outputs"]
     assert sessions[0].get_inputs()[0].shape == ["batch", "source_length"]
+    # The grammar's words by role name every English word of the vocabulary once.
+    grammar = meta["grammar"]
+    words = [*grammar["singular_determiners"], *grammar["plural_determiners"], "an", "and",
+             *grammar["adjectives"], *(w for part in ("nouns", "intransitive_verbs",
+                                                      "transitive_verbs")
+                                       for pair in grammar[part] for w in pair),
+             *(w for phrase in grammar["phrases"] for w in phrase.split())]  # fmt: skip
+    assert set(words) == set(translator.src_vocab.tokens[3:])
     assert sessions[1].get_inputs()[0].shape == ["batch", "target_length"]
 
 
@@ -288,8 +296,25 @@ def test_bad_arguments_are_refused_by_name(translator, tmp_path):
     a_file.write_text("")
     with pytest.raises(ValueError, match="out_dir"):
         onnx_export.export(translator, a_file)
-    with pytest.raises(ValueError, match="--checkpoint"):
-        onnx_export.main([str(tmp_path), "--checkpoint", str(tmp_path / "missing.npz")])
+    assert not list(tmp_path.glob("*.onnx"))  # refused before anything was written
+
+
+@pytest.mark.parametrize("args, named", [(["--checkpoint", "missing.npz"], "--checkpoint"),
+                                         (["--opset", "5"], "--opset"),
+                                         (["--opset", "21"], "--opset")])
+def test_the_command_line_refuses_bad_arguments_in_a_sentence(tmp_path, capsys, args, named):
+    """argparse's usage line and one sentence naming the argument (exit status 2), not
+    a traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        onnx_export.main([str(tmp_path), *args])
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err
+    assert "usage: python -m tools.onnx_export" in message
+    assert f"error: {named} " in message and "Traceback" not in message
+    assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_bad_graph_inputs_are_refused_by_name(translator, tmp_path):
     with pytest.raises(ValueError, match="position_scheme"):
         DecoderGraph(Transformer(5, 6, position_scheme="rope"))
     graph, src = EncoderGraph(translator.model), torch.tensor([[5, 6]])

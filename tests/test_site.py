@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
+import live_page
 import pytest
 import site_check
 
@@ -679,3 +680,216 @@ def test_emphasis_on_chinese_text_is_not_slanted():
     css = (ROOT / "book" / "_static" / "editions.css").read_text(encoding="utf-8")
     rule = re.search(r"em\.han-emphasis \{([^}]*)\}", css)
     assert rule and "font-style: normal" in rule.group(1) and "text-emphasis" in rule.group(1)
+
+
+# --- the live translator (book/notebooks/93_translator_live, tests/live_page.py) -------
+
+LIVE = live_page.PAGE
+# What the page fetches when the reader starts the model, and only then.
+LIVE_FILES = {"/_vendor/onnxruntime-web/ort.wasm.min.js",
+              "/_vendor/onnxruntime-web/ort-wasm-simd-threaded.mjs",
+              "/_vendor/onnxruntime-web/ort-wasm-simd-threaded.wasm",
+              "/_vendor/translator/translator.json",
+              "/_vendor/translator/translator_encoder.onnx",
+              "/_vendor/translator/translator_decoder.onnx"}  # fmt: skip
+# Sentences outside the grammar, and the page's message for each (its live-s-<key>
+# string, with what it names).
+OUTSIDE = [("the dragon sleeps", "unknown", {"word": "dragon"}),
+           ("the cat sleep", "from", {"word": "sleep"}),
+           ("a old cat sleeps", "from", {"word": "old"}),
+           ("the cats sees a dog", "from", {"word": "sees"}),
+           ("the cat sees", "incomplete", {}),
+           ("   ", "empty", {}),
+           ("the cat sleeps and " * 8 + "the dog runs", "long", {"max": 32})]  # fmt: skip
+LIVE_STRING_JS = "(key) => document.getElementById(`live-s-${key}`).textContent.trim()"
+
+
+def _live_string(page, key: str, values: dict) -> str:
+    text = page.evaluate(LIVE_STRING_JS, key.lower())
+    return re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), m.group(0))), text)
+
+
+def _open_live_page(browser, served_site, path: str, width: int = DESKTOP):
+    context = browser.new_context(viewport={"width": width, "height": DESKTOP_HEIGHT})
+    page = context.new_page()
+    found = site_check._watch(page, served_site)
+    page.goto(f"{served_site}/{path}", wait_until="load")
+    served_site.wait_until_idle()
+    return context, page, found
+
+
+def _wait_done(page, steps: int) -> None:
+    """Until the page has written ``steps`` words and says it is done."""
+    done = _live_string(page, "done", {"steps": steps})
+    page.wait_for_function("(done) => document.querySelector('.live-status').textContent"
+                           " === done && !document.querySelector('.live-start').disabled",
+                           arg=done)
+
+
+def _drawn(page, kind: str) -> dict[tuple[int, int], float]:
+    """The weights a heat map drew: (row, column) -> data-weight of its cell."""
+    cells = page.eval_on_selector_all(
+        f'svg rect[data-kind="{kind}"]',
+        "els => els.map(e => [+e.dataset.row, +e.dataset.col, +e.dataset.weight])")
+    return {(r, c): w for r, c, w in cells}
+
+
+@pytest.mark.parametrize("page_path", [LIVE])
+def test_the_live_translator_writes_and_draws_what_the_python_model_does(
+        browser, served_site, visit, page_path):
+    """One visit, many sentences (tests/live_page.py): 24 held-out sentences, 6
+    compositional ones and chapter 7's 8 probes, and four of them with heads silenced.
+    The page's words are greedy_decode's and every weight it computes is the torch
+    model's (1e-4); the
+    runtime and the model come from this site, only once the reader starts the model,
+    and weigh what the page says. Then by keyboard alone: a sentence typed and
+    translated, a step, a head and a silenced head chosen; the heat maps, the lines and
+    the tables draw the torch model's weights for that choice. Axe, the layout at both
+    widths and dark mode are checked on the page with the model running."""
+    first = {path for path, _, _ in visit(page_path).sent}
+    assert not first & LIVE_FILES, "the first load fetched the runtime or the model"
+    context, page, found = _open_live_page(browser, served_site, page_path)
+    try:
+        served_site.take_sent()
+        cases = live_page.cases()
+        results = live_page.translate_in_page(page, cases)
+        # The downloads: the files the page names, each once, as many bytes as it says.
+        sent = [s for s in served_site.take_sent() if s[0] != "/_static/favicon.svg"]
+        assert sorted(p for p, _, _ in sent) == sorted(LIVE_FILES)
+        total = sum(decoded for _, _, decoded in sent)
+        assert total == sum((HTML / p.lstrip("/")).stat().st_size for p in LIVE_FILES)
+        glued = page.eval_on_selector_all(".pasted-text", "els => els.map(e => e.textContent)")
+        assert glued[2] == f"{total / 1e6:.1f}", glued  # "in all ... MB"
+        # Translations and weights, case by case.
+        problems = [p for case, got in zip(cases, results, strict=True)
+                    for p in live_page.compare(case, got)]
+        assert not problems, "\n".join(problems)
+        silenced = [(c, r) for c, r in zip(cases, results, strict=True) if c["silenced"]]
+        for case, got in silenced:  # the comparison the page shows beside them
+            assert got["heard"] == live_page.expected(case["sentence"], []).target
+        assert any(got["heard"] != got["target"] for _, got in silenced)  # not vacuous
+
+        # Keyboard only: type, Enter, then step 3, head 1.
+        # A sentence that silencing the encoder's head 0 changes (it changes most).
+        sentence = next(c["sentence"] for c in cases if not c["silenced"]
+                        and live_page.expected(c["sentence"], ["encoder:0:0"]).target
+                        != live_page.expected(c["sentence"], []).target)
+        page.focus(".live-form input[type=text]")
+        page.keyboard.press("Control+A")
+        page.keyboard.type(sentence)
+        page.keyboard.press("Enter")
+        want = live_page.expected(sentence, [])
+        _wait_done(page, len(want.target))
+        step_select = page.locator(".live-controls select").nth(0)
+        step_select.focus()
+        for _ in range(2):
+            page.keyboard.press("ArrowDown")
+        head_select = page.locator(".live-controls select").nth(2)
+        head_select.focus()
+        page.keyboard.press("ArrowDown")
+        assert (step_select.input_value(), head_select.input_value()) == ("2", "1")
+        step, head = 2, 1
+        cross = want.maps["cross"][0][head]  # (T, S)
+        dec_self = want.maps["decoderSelf"][0][head]  # (T, T)
+        encoder = want.maps["encoder"][0][head]  # (S, S)
+        for kind, expected_map in (("cross", cross), ("decoderSelf", dec_self),
+                                   ("encoder", encoder)):
+            drawn = _drawn(page, kind)
+            rows, cols = expected_map.shape
+            shown = {(r, c) for r in range(rows) for c in range(cols)
+                     if kind != "decoderSelf" or c <= r}  # the causal mask hides c > r
+            assert set(drawn) == shown, kind
+            error = max(abs(w - expected_map[r, c]) for (r, c), w in drawn.items())
+            assert error <= live_page.ATOL, (kind, error)
+            table = page.eval_on_selector_all(
+                f'table[data-kind="{kind}"] td', "els => els.map(e => e.textContent)")
+            assert len(table) == rows * cols
+            values = [float(t) for t in table if t != "–"]
+            assert len(values) == len(shown)  # the rest say "masked"
+            assert max(abs(v - w) for v, w in zip(
+                values, [expected_map[r, c] for r, c in sorted(shown)], strict=True)) <= 5.1e-4
+        lines = page.eval_on_selector_all('line[data-kind="crossLines"]',
+                                          "els => els.map(e => +e.dataset.weight)")
+        assert max(abs(a - b) for a, b in zip(lines, cross[step], strict=True)) <= live_page.ATOL
+        framed = page.locator(".live-word.live-on").inner_text()
+        assert framed == want.target[step]
+        # Silence encoder head 0 with the space bar: the torch model with it silenced.
+        box = page.locator('input[data-head="encoder:0:0"]')
+        box.focus()
+        page.keyboard.press(" ")
+        quiet = live_page.expected(sentence, ["encoder:0:0"]).target
+        page.wait_for_function("() => document.querySelector('.live-compare')")
+        _wait_done(page, len(quiet))
+        words = page.eval_on_selector_all(".live-word", "els => els.map(e => e.textContent)")
+        assert words == quiet and words != want.target
+        assert page.evaluate("document.activeElement.dataset.head") == "encoder:0:0"
+
+        # Completion: after "the black", another adjective or a noun of either number.
+        from mha.translator.lexicon import ADJECTIVES, NOUNS
+
+        page.fill(".live-form input[type=text]", "the black ")
+        offered = page.eval_on_selector_all(".live-form datalist option",
+                                            "els => els.map(e => e.value)")
+        nexts = page.eval_on_selector_all(".live-form select option",
+                                          "els => els.map(e => e.value).filter(Boolean)")
+        grammar = {a.en for a in ADJECTIVES} - {"black"} | {w for n in NOUNS
+                                                           for w in (n.en, n.en_plural)}
+        assert set(nexts) == grammar and len(nexts) == len(grammar)
+        assert offered == [f"the black {w}" for w in nexts]
+        page.fill(".live-form input[type=text]", "the black ca")  # a word begun
+        offered = page.eval_on_selector_all(".live-form datalist option",
+                                            "els => els.map(e => e.value)")
+        assert offered == ["the black cat", "the black cats"]
+        page.focus(".live-form select")
+        page.keyboard.press("ArrowDown")  # the first word offered, by keyboard
+        assert page.input_value(".live-form input[type=text]") == f"the black {nexts[0]}"
+
+        # Outside the grammar: the page's own message, and no translation.
+        for sentence, key, values in OUTSIDE:
+            got = page.evaluate("s => window.liveTranslator.translate(s)", sentence)
+            message = _live_string(page, key, values)
+            assert got == {"problem": message}, (sentence, got)
+            assert page.locator(".live-status").inner_text() == message
+            assert page.locator(".live-output").is_hidden()
+
+        # The running page, every table open, at both widths and in dark mode.
+        live_page.translate_in_page(page, cases[:1])
+        # At the top, as a first visit is examined (scrolled, the theme shows its "Back
+        # to top" button, whose contrast is the theme's own affair).
+        page.evaluate("window.scrollTo(0, 0)")
+        page.wait_for_function("() => !document.querySelector('#pst-back-to-top')"
+                               " || getComputedStyle(document.querySelector("
+                               "'#pst-back-to-top')).display === 'none'")
+        assert not site_check.examine(page, (PHONE, PHONE_HEIGHT), measured=_MEASURED)
+        assert not found, found
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("page_path", [f"{ZH}/{LIVE}"])
+def test_the_live_translator_speaks_the_chinese_editions_language(browser, served_site,
+                                                                  page_path):
+    """The Chinese page runs the same runtime and model (the English edition's files)
+    and words its interface from its own catalog: every label, button and message the
+    script writes is Chinese."""
+    context, page, found = _open_live_page(browser, served_site, page_path, width=PHONE)
+    try:
+        served_site.take_sent()
+        sentence = live_page.sentences()[0]
+        page.fill(".live-form input[type=text]", sentence)
+        page.click(".live-start")
+        want = live_page.expected(sentence, [])
+        _wait_done(page, len(want.target))
+        assert LIVE_FILES <= {path for path, _, _ in served_site.take_sent()}
+        words = page.eval_on_selector_all(".live-word", "els => els.map(e => e.textContent)")
+        assert words == want.target
+        shown = page.eval_on_selector_all(
+            ".live-translator label, .live-translator button, .live-translator legend, "
+            ".live-translator figcaption, .live-translator summary, .live-status, "
+            ".live-step-note, .live-translator caption",
+            "els => els.map(e => e.textContent.trim())")
+        english = [text for text in shown if not re.search(r"[\u4e00-\u9fff]", text)]
+        assert len(shown) > 20 and not english, english
+        assert not found, found
+    finally:
+        context.close()

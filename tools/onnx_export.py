@@ -15,7 +15,9 @@ files into ``OUT_DIR`` (created if missing):
     ``(B, H, T, T)`` and ``cross_attention_i`` ``(B, H, T, S)``.
 ``translator.json``
     the vocabularies, the special ids, the sizes and the names above: what a page
-    needs to turn words into ``src`` and ``logits`` back into words.
+    needs to turn words into ``src`` and ``logits`` back into words; and the grammar's
+    English words by role (:func:`grammar_tables`), with which the page tells a
+    sentence of the grammar from one outside it.
 
 B, S and T are dynamic. The decoder has no cache: greedy decoding runs it on the whole
 prefix at every step (:func:`mha.translator.greedy_decode` with ``use_cache=False``),
@@ -70,6 +72,8 @@ from mha.masks_torch import check_token_ids, source_mask
 from mha.modules import MultiHeadAttention
 from mha.transformer import Transformer
 from mha.translator import CHECKPOINT, Translator, load_checkpoint
+from mha.translator.grammar import FIXED_PHRASES
+from mha.translator.lexicon import ADJECTIVES, DETERMINER_KEYS, DETERMINERS, NOUNS, VERBS
 
 __all__ = [
     "DECODER_FILE",
@@ -79,6 +83,7 @@ __all__ = [
     "DecoderGraph",
     "EncoderGraph",
     "export",
+    "grammar_tables",
     "main",
 ]
 
@@ -222,6 +227,27 @@ def _names(model: Transformer) -> dict[str, list[str]]:
     }
 
 
+def grammar_tables() -> dict[str, list]:
+    """The English side of :mod:`mha.translator.grammar`, as the page checks a sentence
+    against it: determiners by number (``"a"`` becomes ``"an"`` before a vowel), the
+    adjectives, nouns and verbs as ``[singular, plural]``, and the fixed phrases. A
+    sentence is a fixed phrase, or clauses joined by ``"and"``, each ``NP V``, ``NP V
+    and V`` or ``NP V NP``, where ``NP`` is a determiner, adjectives and a noun of one
+    number, and the verb agrees with its subject (``make_example``, ``then=``; more than
+    one adjective and more than one clause only in chapter 7's probes)."""
+    singular = [DETERMINERS[d]["en"][0] for d in DETERMINER_KEYS]  # type: ignore[index]
+    plural = [DETERMINERS[d]["en"][1] for d in DETERMINER_KEYS]  # type: ignore[index]
+    return {
+        "singular_determiners": sorted(set(singular)),
+        "plural_determiners": sorted(set(plural)),
+        "adjectives": [a.en for a in ADJECTIVES],
+        "nouns": [[n.en, n.en_plural] for n in NOUNS],
+        "intransitive_verbs": [[v.en, v.en_plural] for v in VERBS if not v.transitive],
+        "transitive_verbs": [[v.en, v.en_plural] for v in VERBS if v.transitive],
+        "phrases": [en for en, _ in FIXED_PHRASES],
+    }
+
+
 def _example_inputs(model: Transformer) -> tuple[Tensor, Tensor]:
     """``src`` (2, 5) and ``tgt_in`` (2, 4): the first rows padded at the end, the second
     all padding, so that the rows with nothing to attend to are handled in the graph
@@ -351,6 +377,7 @@ def export(
         "num_decoder_layers": len(model.decoder_layers),
         "max_len": model.max_len,
         "opset": opset,
+        "grammar": grammar_tables(),
     }
     paths["metadata"].write_text(json.dumps(metadata, ensure_ascii=False, indent=1) + "\n")
     return paths
@@ -369,8 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--opset", type=int, default=OPSET,
                         help=f"{_OPSETS[0]} to {_OPSETS[-1]} (default {OPSET})")  # fmt: skip
     args = parser.parse_args(argv)
+    # A bad argument ends with argparse's usage line and a sentence, not a traceback.
     if not args.checkpoint.is_file():
-        raise ValueError(f"--checkpoint {str(args.checkpoint)!r} is not a file")
+        parser.error(f"--checkpoint {str(args.checkpoint)!r} is not a file")
+    if args.opset not in _OPSETS:
+        parser.error(f"--opset must be in [{_OPSETS[0]}, {_OPSETS[-1]}], got {args.opset}")
     paths = export(load_checkpoint(args.checkpoint), args.out_dir, opset=args.opset)
     for path in paths.values():
         print(f"{path}  {path.stat().st_size} bytes  sha256 {_sha256(path)[:16]}")
