@@ -38,7 +38,7 @@ from mha.translator.lm_lengths import (
 )
 from mha.translator.lm_model import CausalLM
 from mha.translator.lm_training import LMConfig, build_lm, evaluate_positions, train_lm
-from mha.translator.study import merge_into
+from mha.translator.study import merge_into, run_tasks
 from mha.translator.vocab import BOS, EOS
 
 BOOK_WIDTH = 76  # characters of the site's code box
@@ -457,3 +457,12 @@ def test_command_reproduces_the_recorded_short_arm(tmp_path, results):
                                    ("translation_accuracy", "accuracy")):  # fmt: skip
             got, want = np.mean(record[measure][window]), np.mean(recorded[measure][window])
             assert abs(got - want) <= SHORT_TOLERANCE[tolerance], (measure, end, got, want)
+
+
+def test_run_tasks_gives_the_results_in_the_order_of_the_tasks():
+    """In this process (jobs 1) and in spawned ones (jobs 2), whatever order the tasks
+    end in; every result is reported once."""
+    for jobs in (1, 2):
+        seen: list[int] = []
+        assert run_tasks(abs, [-3, 2, -1, 0], jobs, seen.append) == [3, 2, 1, 0]
+        assert sorted(seen) == [0, 1, 2, 3]

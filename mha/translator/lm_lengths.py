@@ -60,21 +60,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import re
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from mha.transformer import POSITION_SCHEMES
 from mha.translator.lm_training import EVAL_EVERY, STEPS, LMConfig, run_one
-from mha.translator.study import comma_list, merge_into, seed_list
+from mha.translator.study import comma_list, merge_into, run_tasks, seed_list
 from mha.translator.training import environment
 
 __all__ = [
@@ -127,16 +125,7 @@ def _execute(tasks: list[tuple[str, int, int]], jobs: int, log: Any) -> list[dic
                 file=log, flush=True,
             )  # fmt: skip
 
-    if jobs == 1:
-        for task in tasks:
-            report(_run_one_task(task))
-    else:  # spawn, not fork: the parent may hold torch's threads
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            for future in as_completed([pool.submit(_run_one_task, t) for t in tasks]):
-                report(future.result())
-    order = {task: k for k, task in enumerate(tasks)}
-    return sorted(records, key=lambda r: order[(r["position_scheme"], r["seed"], r["steps"])])
+    return run_tasks(_run_one_task, tasks, jobs, report)
 
 
 def apply_rule(runs: list[dict[str, Any]], margin: float = MARGIN) -> dict[str, Any]:

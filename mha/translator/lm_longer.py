@@ -38,12 +38,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -66,7 +64,7 @@ from mha.translator.lm_training import (
     lm_data,
     train_lm,
 )
-from mha.translator.study import comma_list, seed_list
+from mha.translator.study import comma_list, run_tasks, seed_list
 from mha.translator.training import environment, fit
 
 __all__ = [
@@ -333,28 +331,7 @@ def _execute(tasks: list[tuple], jobs: int, log: Any) -> list[dict[str, Any]]:
                   f"{record['valid_loss']:.3f} ({record['cpu_seconds']:.0f} s CPU; "
                   f"{time.perf_counter() - start:.0f} s in all)", file=log, flush=True)  # fmt: skip
 
-    if jobs == 1:
-        for task in tasks:
-            report(_task(task))
-    else:  # spawn, not fork: the parent may hold torch's threads
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            for future in as_completed([pool.submit(_task, t) for t in tasks]):
-                report(future.result())
-    return _in_order(records, tasks)
-
-
-def _in_order(records: list[dict[str, Any]], tasks: list[tuple]) -> list[dict[str, Any]]:
-    """Records in the order of their tasks (a task is (kind, scheme, seed, options))."""
-    rank = {(t[0], t[1], t[2], t[3].get("steps")): k for k, t in enumerate(tasks)}
-    short = SHORT["steps"]
-
-    def key(r: dict[str, Any]) -> int:
-        return rank[
-            (r["kind"], r["position_scheme"], r["seed"], short if r["steps"] == short else None)
-        ]
-
-    return sorted(records, key=key)
+    return run_tasks(_task, tasks, jobs, report)
 
 
 def run(
