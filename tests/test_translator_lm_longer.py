@@ -217,9 +217,11 @@ def test_the_arms_are_chapter_9s_runs(results):
 
 
 # The short block re-run on another CPU: training amplifies last-bit differences (see
-# tests/test_translator_lm_lengths.py); these bounds are a few times what the AVX-512
-# and AVX2 profiles of one machine differed by.
-TOLERANCE = {"valid_loss": 0.002, "loss": 0.01, "accuracy": 0.01}
+# tests/test_translator_lm_lengths.py). A block of 8 positions over 100 documents holds
+# a few hundred translation targets, so a few flipped argmaxes move its accuracy by 0.01
+# or more: the simulated baseline CPU moved one block by 0.017. Per block the bounds
+# are about twice that; the mean over all blocks must agree within "mean".
+TOLERANCE = {"valid_loss": 0.002, "loss": 0.02, "accuracy": 0.035, "mean": 0.006}
 
 
 @pytest.mark.slow
@@ -239,3 +241,4 @@ def test_command_reproduces_the_recorded_short_block(tmp_path, results):
             want = np.array([np.nan if v is None else v for v in kept])
             tolerance = TOLERANCE["loss" if measure == "loss" else "accuracy"]
             np.testing.assert_allclose(got, want, atol=tolerance, err_msg=f"{name} {measure}")
+            assert abs(np.nanmean(got) - np.nanmean(want)) <= TOLERANCE["mean"], (name, measure)
