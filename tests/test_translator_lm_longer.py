@@ -28,6 +28,7 @@ from mha.translator.lm_longer import (
     main,
     seed_curves,
     span_mean,
+    write,
 )
 from mha.translator.lm_model import CausalLM
 from mha.translator.lm_passkey import (
@@ -214,6 +215,20 @@ def test_the_arms_are_chapter_9s_runs(results):
     loss = {(r["position_scheme"], r["seed"]): r["valid_loss"] for r in lengths["runs"]}
     for r in results["runs"]:
         assert abs(r["valid_loss"] - loss[(r["position_scheme"], r["seed"])]) < 1e-3
+
+
+def test_short_only_keeps_the_main_runs_of_the_file(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"config": {"a": 1}, "runs": [1], "passkey_runs": [2],
+                                "short_runs": [3]}))  # fmt: skip
+    fresh = {"config": {"a": 2}, "study": {"s": 1}, "environment": {"e": 1}, "runs": [],
+             "passkey_runs": [], "short_runs": [4]}  # fmt: skip
+    write(fresh, path, short_only=True)
+    kept = json.loads(path.read_text())
+    assert kept["runs"] == [1] and kept["passkey_runs"] == [2] and kept["short_runs"] == [4]
+    assert kept["config"] == {"a": 2} and kept["study"] == {"s": 1}
+    write(fresh, path)  # a whole run replaces the file
+    assert json.loads(path.read_text()) == fresh
 
 
 # The short block re-run on another CPU: training amplifies last-bit differences (see

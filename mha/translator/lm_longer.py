@@ -64,7 +64,7 @@ from mha.translator.lm_training import (
     lm_data,
     train_lm,
 )
-from mha.translator.study import comma_list, run_tasks, seed_list
+from mha.translator.study import comma_list, merge_into, run_tasks, seed_list
 from mha.translator.training import environment, fit
 
 __all__ = [
@@ -85,6 +85,7 @@ __all__ = [
     "run_arm",
     "run_passkey",
     "seed_curves",
+    "write",
     "span_mean",
 ]
 
@@ -380,6 +381,17 @@ def run(
     }  # fmt: skip
 
 
+def write(results: dict[str, Any], path: Path, short_only: bool = False) -> None:
+    """Write the results document; with ``short_only``, put its short block (and its
+    configuration, study settings and environment) into the file at ``path``, keeping
+    the file's main runs (a file that does not exist yet gets the block alone)."""
+    if short_only:
+        block = {k: results[k] for k in ("config", "study", "environment", "short_runs")}
+        results = merge_into(path, block)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: run, write the results file, print a summary."""
     parser = argparse.ArgumentParser(prog="python -m mha.translator.lm_longer",
@@ -403,14 +415,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--position-schemes must be among {list(ARMS)}, --jobs at least 1")
     results = run(args.position_schemes, args.seeds, args.jobs, sys.stderr, args.checkpoints,
                   args.short_only)  # fmt: skip
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=1) + "\n")
+    write(results, args.output, args.short_only)
     print(f"wrote {args.output}")
-    for r in results["runs"]:
+    for r in results.get("runs", []):
         full = r["evaluations"]["full"]["translation_accuracy"]
         print(f"{r['position_scheme']:<10} seed {r['seed']}: translation accuracy, last block "
               f"{full[-1]}, first-token share {r['first_token']['share']}")  # fmt: skip
-    for r in results["passkey_runs"]:
+    for r in results.get("passkey_runs", []):
         print(
             f"passkey {r['position_scheme']:<10} seed {r['seed']}: in length "
             f"{r['valid_retrieval']}, by distance {r['retrieval']['full']}"
