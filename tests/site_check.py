@@ -267,7 +267,10 @@ def _load(page, url: str) -> None:
     from playwright.sync_api import Error
 
     page.goto(url, wait_until="load", timeout=60_000)
-    for _ in range(3):
+    # A fresh clone's run once met the page moving on while it was asked three times in
+    # a row (the refresh fires during READY_JS's awaits): ask again, a moment later,
+    # until the page it leads to answers (20 tries, a few seconds at most).
+    for _ in range(20):
         try:
             if not page.evaluate(READY_JS):
                 return
@@ -277,6 +280,7 @@ def _load(page, url: str) -> None:
             if "context was destroyed" not in str(error) and "null" not in str(error):
                 raise
             page.wait_for_load_state("load", timeout=60_000)
+            page.wait_for_timeout(100)
     raise AssertionError(f"{url} kept sending the reader on: now at {page.url}")
 
 
